@@ -1,0 +1,398 @@
+"""Turn what was observed (exit status, watchdog trigger, thread samples, stacks, output)
+into a Verdict: a kind, for hangs a mechanism and a location, and evidence lines.
+
+Stack patterns are data (harness/data/signatures.toml for runtimes, the pin's
+[[signatures]] for the upstream's own functions); this module only applies them.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import tomllib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from harness import errors
+from harness.sampler import Frame, SampleSet, ThreadStack
+from harness.watchdog import Trigger
+
+BUSY_FRACTION = 0.5  # a thread using at least half a core between snapshots is busy
+# ... and so is one that was runnable (R) in every snapshot and got CPU: on a loaded machine
+# a spinning thread may get well under half a core, but it never sleeps
+RUNNABLE_MIN_FRACTION = 0.05
+CRASH_SIGNALS = {
+    signal.SIGSEGV,
+    signal.SIGABRT,
+    signal.SIGBUS,
+    signal.SIGFPE,
+    signal.SIGILL,
+    signal.SIGTRAP,
+    signal.SIGSYS,
+    signal.SIGKILL,
+}
+
+KIND_EXIT_CODES = {
+    "pass": errors.PASS,
+    "check-failed": errors.CHECK_FAILED,
+    "hang": errors.HANG,
+    "crash": errors.CRASH,
+    "error-exit": errors.CRASH,
+    "build-failed": errors.BUILD_FAILED,
+    "timeout-progressing": errors.TIMEOUT_PROGRESSING,
+}
+
+
+@dataclass
+class Verdict:
+    kind: str  # pass | hang | crash | error-exit | timeout-progressing | check-failed | build-failed | interrupted
+    summary: str
+    mechanism: str | None = None  # deadlock | spin | exit-blocked | stopped (hangs only)
+    location: str | None = None  # e.g. "env_start"
+    location_frames: list[str] = field(
+        default_factory=list
+    )  # own frame, then runtime frames inward
+    runtime: list[str] = field(default_factory=list)  # runtime pattern names under the location
+    evidence: list[str] = field(default_factory=list)
+    exit_code: int = errors.PASS
+
+
+@dataclass(frozen=True)
+class Pattern:
+    name: str
+    functions: tuple[re.Pattern[str], ...]
+    files: tuple[str, ...] = ()
+    passive: bool = False
+    mechanism: str | None = None
+
+    def matches(self, frame: Frame) -> bool:
+        if self.files and not (frame.file and frame.file.endswith(self.files)):
+            return False
+        return any(rx.fullmatch(frame.function) for rx in self.functions)
+
+
+@dataclass(frozen=True)
+class OutputPattern:
+    name: str
+    regex: re.Pattern[str]
+    summary: str
+
+
+@dataclass(frozen=True)
+class Signatures:
+    runtime: tuple[Pattern, ...]
+    output: tuple[OutputPattern, ...]
+    own: tuple[Pattern, ...] = ()  # the upstream's named locations, in priority order
+
+    def with_own(self, own: Sequence[Pattern]) -> Signatures:
+        return Signatures(self.runtime, self.output, tuple(own))
+
+
+def pattern_from_table(table: dict[str, Any], where: str) -> Pattern:
+    try:
+        return Pattern(
+            name=str(table["name"]),
+            functions=tuple(re.compile(f) for f in table["functions"]),
+            files=tuple(table.get("files", ())),
+            passive=bool(table.get("passive", False)),
+            mechanism=table.get("mechanism"),
+        )
+    except (KeyError, TypeError, re.error) as exc:
+        raise errors.HarnessError(f"{where}: bad signature entry {table!r}: {exc}") from exc
+
+
+def load_signatures() -> Signatures:
+    text = resources.files("harness").joinpath("data/signatures.toml").read_text()
+    data = tomllib.loads(text)
+    runtime = tuple(pattern_from_table(t, "signatures.toml") for t in data.get("runtime", []))
+    output = tuple(
+        OutputPattern(t["name"], re.compile(t["regex"]), t["summary"])
+        for t in data.get("output", [])
+    )
+    return Signatures(runtime, output)
+
+
+# ---------------------------------------------------------------- stacks
+
+
+def _frame_text(frame: Frame) -> str:
+    where = frame.file or frame.module
+    if where and frame.line:
+        where = f"{where}:{frame.line}"
+    return f"{frame.function} ({where})" if where else frame.function
+
+
+@dataclass
+class ThreadView:
+    """One thread as the classifier sees it: activity across snapshots plus its stack."""
+
+    pid: int
+    tid: int
+    name: str
+    states: list[str]
+    cpu_fraction: float
+    wchan: str
+    stack: ThreadStack | None
+
+    @property
+    def is_main(self) -> bool:
+        return self.pid == self.tid
+
+    @property
+    def busy(self) -> bool:
+        always_runnable = bool(self.states) and all(s == "R" for s in self.states)
+        return self.cpu_fraction >= BUSY_FRACTION or (
+            always_runnable and self.cpu_fraction >= RUNNABLE_MIN_FRACTION
+        )
+
+    @property
+    def last_state(self) -> str:
+        return self.states[-1] if self.states else "?"
+
+
+def _views(samples: SampleSet) -> list[ThreadView]:
+    stacks: dict[tuple[int, int], ThreadStack] = {}
+    for st in samples.stacks:
+        # prefer a Python stack for Python threads: it names the user's function
+        key = (st.pid, st.tid)
+        if key not in stacks or st.python:
+            stacks[key] = st
+    views = [
+        ThreadView(
+            a.pid, a.tid, a.name, a.states, a.cpu_fraction, a.wchan, stacks.get((a.pid, a.tid))
+        )
+        for a in samples.activity
+    ]
+    known = {(a.pid, a.tid) for a in samples.activity}
+    for key, st in stacks.items():  # a stack without activity (thread born after snapshots)
+        if key not in known:
+            views.append(ThreadView(st.pid, st.tid, st.name, [], 0.0, "", st))
+    return views
+
+
+@dataclass
+class Located:
+    name: str
+    own_index: int  # index of the located own frame in the stack (innermost = 0)
+    named: bool  # True when a pin signature matched
+
+
+def _locate(stack: ThreadStack, sigs: Signatures) -> Located | None:
+    frames = stack.frames
+    for sig in sigs.own:
+        for i, frame in enumerate(frames):
+            if sig.matches(frame):
+                return Located(sig.name, i, True)
+    for i, frame in enumerate(frames):
+        if frame.own and frame.function not in ("??", ""):
+            return Located(frame.function, i, False)
+    return None
+
+
+def _runtime_names(frames: Sequence[Frame], sigs: Signatures) -> list[str]:
+    names: list[str] = []
+    for frame in reversed(frames):  # outermost first: "libgomp team start" before "futex wait"
+        for pat in sigs.runtime:
+            if pat.matches(frame) and pat.name not in names:
+                names.append(pat.name)
+    return names
+
+
+def _is_passive(view: ThreadView, sigs: Signatures) -> bool:
+    if view.stack is None:
+        return view.wchan in ("do_wait", "kernel_wait4")
+    frames = view.stack.frames
+    own = next((i for i, f in enumerate(frames) if f.own), min(len(frames), 6))
+    return any(p.passive and p.matches(f) for f in frames[:own] for p in sigs.runtime)
+
+
+def _mechanism_hint(view: ThreadView, sigs: Signatures) -> str | None:
+    if view.stack is None:
+        return None
+    for frame in view.stack.frames:
+        for pat in sigs.runtime:
+            if pat.mechanism and pat.matches(frame):
+                return pat.mechanism
+    return None
+
+
+# ---------------------------------------------------------------- hang
+
+
+def _mechanism(views: list[ThreadView], sigs: Signatures) -> tuple[str, list[ThreadView], str]:
+    """(mechanism, the threads where the hang sits, why)."""
+    by_pid: dict[int, list[ThreadView]] = {}
+    for v in views:
+        by_pid.setdefault(v.pid, []).append(v)
+    stopped = [v for v in views if v.states and all(s in "Tt" for s in v.states)]
+    if stopped and len(stopped) == len([v for v in views if v.states]):
+        return (
+            "stopped",
+            stopped,
+            "every thread is stopped (state T): a job-control or debugger stop",
+        )
+    for pid, threads in by_pid.items():
+        main = next((t for t in threads if t.is_main), None)
+        others = [t for t in threads if not t.is_main and t.last_state not in "ZX"]
+        if main is not None and main.last_state in "ZX" and others:
+            return (
+                "exit-blocked",
+                others,
+                f"pid {pid}: the main thread has exited (state Z) but {len(others)} thread(s) keep "
+                "the process alive",
+            )
+        if main is not None and _mechanism_hint(main, sigs) == "exit-blocked":
+            return (
+                "exit-blocked",
+                others or [main],
+                f"pid {pid}: the main thread has finished and waits for non-daemon threads at "
+                "interpreter shutdown",
+            )
+    busy = [v for v in views if v.busy]
+    if busy:
+        pct = ", ".join(f"tid {v.tid} {v.cpu_fraction:.0%}" for v in busy)
+        return "spin", busy, f"busy threads with no progress: {pct}"
+    active = [v for v in views if not _is_passive(v, sigs)] or views
+    return "deadlock", active, "every thread is blocked (no thread used CPU between snapshots)"
+
+
+def _thread_line(v: ThreadView, sigs: Signatures) -> str:
+    states = ",".join(v.states) or "?"
+    line = f"pid {v.pid} tid {v.tid} '{v.name}' states {states} cpu {v.cpu_fraction:.0%}"
+    if v.wchan:
+        line += f" wchan {v.wchan}"
+    if v.stack is not None and v.stack.frames:
+        chain = " ← ".join(f.function for f in v.stack.frames[:8])
+        line += f": {chain}"
+    return line
+
+
+def _pick_location(
+    culprits: list[ThreadView], sigs: Signatures
+) -> tuple[Located, ThreadView] | None:
+    found = [(loc, v) for v in culprits if v.stack and (loc := _locate(v.stack, sigs))]
+    if not found:
+        return None
+    named = [(loc, v) for loc, v in found if loc.named]
+    if named:
+        order = {sig.name: i for i, sig in enumerate(sigs.own)}
+        return min(named, key=lambda lv: (order.get(lv[0].name, 99), not lv[1].is_main))
+    common = Counter(loc.name for loc, _ in found).most_common(1)[0][0]
+    candidates = [(loc, v) for loc, v in found if loc.name == common]
+    return min(candidates, key=lambda lv: not lv[1].is_main)
+
+
+def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> Verdict:
+    evidence = [reason]
+    if samples is None or not samples.activity:
+        evidence.append("no thread samples were taken (sampling disabled or the tree was gone)")
+        return Verdict("hang", "hang: " + reason, evidence=evidence, exit_code=errors.HANG)
+    views = _views(samples)
+    mechanism, culprits, why = _mechanism(views, sigs)
+    evidence.append(f"mechanism {mechanism}: {why}")
+    picked = _pick_location(culprits, sigs)
+    location = None
+    frames: list[str] = []
+    runtime: list[str] = []
+    if picked is not None:
+        loc, view = picked
+        assert view.stack is not None
+        inner = view.stack.frames[: loc.own_index + 1]
+        location = loc.name
+        frames = [_frame_text(f) for f in reversed(inner)]
+        runtime = _runtime_names(inner[:-1], sigs)
+        evidence.append(
+            f"location {location} on pid {view.pid} tid {view.tid} ('{view.name}'), "
+            f"from {view.stack.source}: " + " → ".join(frames)
+        )
+    else:
+        evidence.append(
+            "location unknown: no stack of the stuck threads names a function of the program"
+        )
+    evidence += [_thread_line(v, sigs) for v in culprits[:12]]
+    evidence += [f"note: {n}" for n in samples.notes]
+    where = f" in {location}" if location else ""
+    under = f" ({' ← '.join(runtime)})" if runtime else ""
+    return Verdict(
+        "hang",
+        f"hang ({mechanism}){where}{under}",
+        mechanism=mechanism,
+        location=location,
+        location_frames=frames,
+        runtime=runtime,
+        evidence=evidence,
+        exit_code=errors.HANG,
+    )
+
+
+# ---------------------------------------------------------------- exits
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def explain_output(tail: Sequence[str], sigs: Signatures) -> list[str]:
+    found: list[str] = []
+    for line in tail:
+        for pat in sigs.output:
+            m = pat.regex.search(line)
+            if m:
+                text = pat.summary.format(**{k: v or "" for k, v in m.groupdict().items()})
+                if text not in found:
+                    found.append(text)
+    return found
+
+
+def classify_exit(returncode: int, tail: Sequence[str], sigs: Signatures) -> Verdict:
+    explained = explain_output(tail, sigs)
+    last = [f"output: {line}" for line in tail[-5:] if line.strip()]
+    if returncode == 0:
+        return Verdict("pass", "exited 0", exit_code=errors.PASS)
+    sig = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
+    via = "" if returncode < 0 else f" (exit status {returncode} = 128 + signal)"
+    if sig and (returncode < 0 or sig in CRASH_SIGNALS):
+        name = _signal_name(sig)
+        return Verdict(
+            "crash",
+            f"crash: killed by {name}{via}" + (f": {explained[0]}" if explained else ""),
+            evidence=[f"terminated by {name}{via}", *explained, *last],
+            exit_code=errors.CRASH,
+        )
+    summary = f"error-exit: status {returncode}" + (f": {explained[0]}" if explained else "")
+    return Verdict(
+        "error-exit",
+        summary,
+        evidence=[f"exit status {returncode}", *explained, *last],
+        exit_code=errors.CRASH,
+    )
+
+
+def classify(
+    trigger: Trigger,
+    reason: str,
+    returncode: int | None,
+    progressing: bool,
+    samples: SampleSet | None,
+    tail: Sequence[str],
+    sigs: Signatures,
+) -> Verdict:
+    if trigger is Trigger.EXIT:
+        assert returncode is not None
+        return classify_exit(returncode, tail, sigs)
+    if trigger is Trigger.INTERRUPT:
+        return Verdict("interrupted", f"interrupted: {reason}", evidence=[reason])
+    if trigger is Trigger.WALL and progressing:
+        return Verdict(
+            "timeout-progressing",
+            "wall-clock limit reached while the run was still making progress",
+            evidence=[reason],
+            exit_code=errors.TIMEOUT_PROGRESSING,
+        )
+    return classify_hang(samples, reason, sigs)

@@ -1,0 +1,370 @@
+"""The data flow of `harness run` and `harness watch`:
+pin → verify → prepare variant → build → run under the watchdog → classify → check → report.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import build as buildmod
+from harness import checks as checksmod
+from harness import classify, dashboard, runner, variants
+from harness.errors import BUILD_FAILED, USAGE, HarnessError
+from harness.pin import Pin, Verification, check_env, load_pin, verify_path_source
+from harness.report import Report, new_run_id
+from harness.scenario import RunSettings, Scenario, load_scenario
+from harness.watchdog import Limits, Trigger
+
+
+@dataclass
+class RunOptions:
+    env: str
+    pin: str | None = None
+    scenario: str | None = None
+    variant: str = "stock"
+    timeout_s: float | None = None
+    startup_s: float | None = None
+    stall_s: float | None = None
+    steps: int | None = None
+    trainer_env: dict[str, str] = field(default_factory=dict)
+    trainer_args: list[str] = field(default_factory=list)
+    report_dir: Path = Path("reports")
+    checkout: Path | None = None
+    allow_drift: bool = False
+    sampling: runner.SampleOptions = field(default_factory=runner.SampleOptions)
+    tee: bool = False
+    harness_argv: list[str] = field(default_factory=list)
+
+
+@dataclass
+class WatchOptions:
+    argv: list[str]
+    timeout_s: float
+    startup_s: float
+    stall_s: float
+    parser: str = "lines"
+    cwd: Path = Path(".")
+    trainer_env: dict[str, str] = field(default_factory=dict)
+    report_dir: Path = Path("reports")
+    sampling: runner.SampleOptions = field(default_factory=runner.SampleOptions)
+    tee: bool = False
+    harness_argv: list[str] = field(default_factory=list)
+
+
+def default_pin(checkout: Path | None) -> str:
+    """pufferlib-5.0 when a checkout is configured, else the embedded replica."""
+    configured = checkout or os.environ.get("HARNESS_CHECKOUT")
+    return "pufferlib-5.0" if configured else "replica"
+
+
+def verify_source(pin: Pin, checkout: Path | None) -> tuple[Verification, Path]:
+    """Verify the pinned source and return it with the folder to prepare from."""
+    if pin.source.kind == "path":
+        root = pin.source_root
+        assert root is not None
+        if not root.is_dir():
+            raise HarnessError(f"pin {pin.name}: source folder {root} is missing", USAGE)
+        return verify_path_source(pin, root), root
+    from harness import upstream  # git and PyPI sources need GitPython / downloads
+
+    return upstream.verify_external(pin, checkout)
+
+
+def prepare_tree(
+    pin: Pin, root: Path, variant: str, checkout: Path | None
+) -> tuple[Path, variants.Applied]:
+    steps = variants.parse_variant(variant, pin)
+    scratch = buildmod.new_scratch_tree()
+    try:
+        if pin.source.kind == "path":
+            buildmod.copy_source(root, scratch)
+            apply_ref = None
+        else:
+            from harness import upstream
+
+            upstream.export_tree(pin, root, scratch)
+            apply_ref = upstream.ref_applier(pin, root)
+        return scratch, variants.apply_steps(scratch, steps, pin, apply_ref)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+def limits_for(opts: RunOptions, settings: RunSettings) -> Limits:
+    return Limits(
+        wall_s=opts.timeout_s if opts.timeout_s is not None else settings.timeout_s,
+        startup_s=opts.startup_s if opts.startup_s is not None else settings.startup_s,
+        stall_s=opts.stall_s if opts.stall_s is not None else settings.stall_s,
+    )
+
+
+def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: classify.Signatures) -> None:
+    report.trigger = outcome.trigger.value
+    report.exit = {
+        "returncode": outcome.returncode,
+        "signal": outcome.signal,
+        "killed_by_harness": outcome.returncode is None,
+        "reason": outcome.reason,
+        "pid": outcome.pid,
+    }
+    report.timings.update(
+        run_s=outcome.duration_s,
+        first_progress_s=outcome.first_progress_s,
+        sampling_s=outcome.sampling_s,
+    )
+    report.progress = {
+        "frames": len(outcome.frames),
+        "progress_events": outcome.progress_events,
+        "output_lines": outcome.output_lines,
+        "last_metrics": dashboard.latest(outcome.frames),
+        "progressing_at_end": outcome.progressing_at_end,
+        "output_tail": outcome.output_tail[-20:],
+    }
+    report.samples = outcome.samples
+    report.cleanup = {
+        "killed": outcome.cleanup.killed,
+        "reaped": outcome.cleanup.reaped,
+        "leftover": outcome.cleanup.leftover,
+    }
+    if outcome.cleanup.leftover:
+        report.notes.append(f"processes left after cleanup: {outcome.cleanup.leftover}")
+    report.verdict = classify.classify(
+        outcome.trigger,
+        outcome.reason,
+        outcome.returncode,
+        outcome.progressing_at_end,
+        outcome.samples,
+        outcome.output_tail,
+        sigs,
+    )
+
+
+def _interrupted_code(outcome: runner.RunOutcome) -> int | None:
+    return 128 + outcome.interrupt_signal if outcome.interrupt_signal else None
+
+
+def run_env(opts: RunOptions) -> tuple[Report, int]:
+    scenario: Scenario = load_scenario(opts.scenario or opts.env)
+    pin = load_pin(opts.pin or default_pin(opts.checkout))
+    settings = scenario.settings(pin.name)
+    check_env(pin, settings.upstream_env)
+    report = Report(
+        new_run_id(f"{scenario.env}-{opts.variant}"),
+        Path(),
+        opts.harness_argv,
+        "run",
+        env=scenario.env,
+    )
+    report.directory = opts.report_dir / report.run_id
+    report.limits = vars(limits_for(opts, settings))
+    report.variant = {"spec": opts.variant}
+    report.pin = {"name": pin.name, "file": str(pin.file), "source": vars(pin.source)}
+    report.save("pin")
+    try:
+        return _run_env_stages(opts, scenario, pin, settings, report)
+    except HarnessError as exc:
+        report.notes.append(exc.message)
+        report.finish("failed")
+        raise
+
+
+@dataclass
+class Built:
+    verification: Verification
+    applied: variants.Applied
+    result: buildmod.BuildResult
+
+
+def verify_prepare_build(
+    pin: Pin,
+    env: str,
+    variant: str,
+    checkout: Path | None,
+    allow_drift: bool,
+    report: Report | None = None,
+) -> Built:
+    """pin → verify → prepare the variant's tree → build (cached). Shared by run, build,
+    compare and bisect."""
+    verification, root = verify_source(pin, checkout)
+    if report is not None:
+        report.pin["verification"] = verification
+    if verification.status == "drift" and not allow_drift:
+        raise HarnessError(
+            f"pin {pin.name}: source does not match the pin ({verification.describe()}); "
+            "run `harness pin verify` for details or pass --allow-drift",
+            USAGE,
+        )
+    if report is not None:
+        report.save("prepare")
+    prepared, applied = prepare_tree(pin, root, variant, checkout)
+    if report is not None:
+        report.variant.update(steps=applied.steps, changes=applied.changes)
+        report.save("build")
+    result = buildmod.build(prepared, pin, env, applied.build_env)
+    return Built(verification, applied, result)
+
+
+def build_failed_verdict(built: buildmod.BuildResult) -> classify.Verdict:
+    hint = f" (hint: {built.hint})" if built.hint else ""
+    return classify.Verdict(
+        "build-failed",
+        f"build failed: {built.first_error}{hint}",
+        evidence=[
+            built.first_error,
+            *([f"hint: {built.hint}"] if built.hint else []),
+            f"build log: {built.log_path}",
+        ],
+        exit_code=BUILD_FAILED,
+    )
+
+
+def _run_env_stages(
+    opts: RunOptions, scenario: Scenario, pin: Pin, settings: RunSettings, report: Report
+) -> tuple[Report, int]:
+    sigs = classify.load_signatures().with_own(pin.signatures)
+    built = verify_prepare_build(
+        pin, settings.upstream_env, opts.variant, opts.checkout, opts.allow_drift, report
+    ).result
+    report.build = built.to_json()
+    report.timings["build_s"] = built.duration_s
+    if not built.ok:
+        report.verdict = build_failed_verdict(built)
+        report.finish()
+        return report, BUILD_FAILED
+    steps = opts.steps if opts.steps is not None else settings.steps
+    argv = shlex.split(pin.render_run(settings.upstream_env, steps)) + list(settings.args)
+    argv += opts.trainer_args
+    overrides = {**pin.run_env, **settings.env, **opts.trainer_env}
+    spec = runner.RunSpec(
+        argv=argv,
+        cwd=built.tree,
+        env=runner.command_env(overrides),
+        parser=pin.parser,
+        log_path=report.artifact("output.log"),
+    )
+    report.command = {"argv": argv, "cwd": str(built.tree), "env": overrides, "steps": steps}
+    report.save("run")
+    sampling = opts.sampling
+    if not sampling.own_roots:
+        sampling = runner.SampleOptions(**{**vars(sampling), "own_roots": (str(built.tree),)})
+    outcome = runner.run_watched(
+        spec,
+        limits_for(opts, settings),
+        sampling,
+        echo=sys.stderr if opts.tee else None,
+    )
+    _record_outcome(report, outcome, sigs)
+    report.save("check")
+    verdict = report.verdict
+    assert verdict is not None
+    interrupted = _interrupted_code(outcome)
+    if interrupted is None:
+        report.checks = checksmod.run_checks(
+            scenario, pin.name, outcome.frames, built.tree, verdict, steps
+        )
+        checksmod.apply_to_verdict(verdict, report.checks)
+    report.finish("interrupted" if interrupted else "complete")
+    return report, interrupted if interrupted is not None else verdict.exit_code
+
+
+def watch_command(opts: WatchOptions) -> tuple[Report, int]:
+    if not opts.argv:
+        raise HarnessError("harness watch needs a command after '--'", USAGE)
+    try:
+        dashboard.get_parser(opts.parser)  # unknown parser: usage error before anything runs
+    except ValueError as exc:
+        raise HarnessError(str(exc), USAGE) from exc
+    exe = opts.argv[0]
+    if shutil.which(exe, path=os.environ.get("PATH")) is None and not Path(opts.cwd, exe).exists():
+        raise HarnessError(f"command not found: {exe}", USAGE)
+    report = Report(new_run_id(f"watch-{Path(exe).name}"), Path(), opts.harness_argv, "watch")
+    report.directory = opts.report_dir / report.run_id
+    limits = Limits(opts.timeout_s, opts.startup_s, opts.stall_s)
+    report.limits = vars(limits)
+    report.command = {
+        "argv": opts.argv,
+        "cwd": str(opts.cwd),
+        "env": opts.trainer_env,
+        "parser": opts.parser,
+    }
+    report.save("run")
+    spec = runner.RunSpec(
+        argv=list(opts.argv),
+        cwd=opts.cwd,
+        env=runner.command_env(opts.trainer_env),
+        parser=opts.parser,
+        log_path=report.artifact("output.log"),
+    )
+    outcome = runner.run_watched(spec, limits, opts.sampling, echo=sys.stderr if opts.tee else None)
+    _record_outcome(report, outcome, classify.load_signatures())
+    interrupted = _interrupted_code(outcome)
+    report.finish("interrupted" if interrupted else "complete")
+    verdict = report.verdict
+    assert verdict is not None
+    return report, interrupted if interrupted is not None else verdict.exit_code
+
+
+def parse_trainer_env(items: Sequence[str]) -> dict[str, str]:
+    return runner.split_assignments(items, "--env")
+
+
+@dataclass
+class CompareRow:
+    variant: str
+    kind: str
+    location: str | None
+    mechanism: str | None
+    epochs: float | None
+    sps: float | None
+    checks_failed: list[str]
+    exit_code: int
+    report_dir: str
+
+
+def compare_variants(
+    opts: RunOptions, variant_specs: Sequence[str]
+) -> tuple[list[CompareRow], bool, str]:
+    """Run the scenario once per variant. The fix is confirmed when the first variant (the
+    baseline, normally stock) fails and every other variant passes."""
+    rows: list[CompareRow] = []
+    for spec in variant_specs:
+        sub = RunOptions(**{**vars(opts), "variant": spec})
+        report, code = run_env(sub)
+        v = report.verdict
+        last = report.progress.get("last_metrics") or {}
+        rows.append(
+            CompareRow(
+                variant=spec,
+                kind=v.kind if v else report.status,
+                location=v.location if v else None,
+                mechanism=v.mechanism if v else None,
+                epochs=last.get("epoch"),
+                sps=last.get("SPS"),
+                checks_failed=[c.name for c in report.checks if c.status == "fail"],
+                exit_code=code,
+                report_dir=str(report.directory),
+            )
+        )
+        if code >= 128:  # interrupted: stop comparing
+            break
+    base, rest = rows[0], rows[1:]
+    confirmed = base.kind != "pass" and bool(rest) and all(r.kind == "pass" for r in rest)
+    if confirmed:
+        why = (
+            f"fix confirmed: {base.variant} → {base.kind}"
+            + (f" in {base.location}" if base.location else "")
+            + "; "
+            + ", ".join(f"{r.variant} → pass" for r in rest)
+        )
+    elif base.kind == "pass":
+        why = f"not confirmed: the baseline {base.variant} passes (nothing to fix here)"
+    else:
+        bad = [f"{r.variant} → {r.kind}" for r in rest if r.kind != "pass"]
+        why = "not confirmed: " + ", ".join(bad or ["no fix variant given"])
+    return rows, confirmed, why

@@ -1,0 +1,167 @@
+"""Start a command in its own session and make sure its whole tree dies and is reaped.
+
+Used by the runner for the trainer and by every external tool call (build, gdb, py-spy,
+git), so that nothing the harness starts can outlive it or leave zombies behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Adopt orphaned descendants, so that a trainer's grandchildren are reaped by us and
+    not left as zombies under a container's PID 1 that may never reap them."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def session_members(sid: int) -> list[psutil.Process]:
+    """Every live process whose session id is `sid` (the trainer's own session)."""
+    members = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(proc.pid) == sid:
+                members.append(proc)
+    return members
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
+
+
+@dataclass
+class KillReport:
+    killed: list[int] = field(default_factory=list)
+    leftover: list[int] = field(default_factory=list)
+    reaped: list[int] = field(default_factory=list)
+
+
+def _reap(pids: Iterable[int]) -> list[int]:
+    reaped = []
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError, OSError):
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done == pid:
+                reaped.append(pid)
+    return reaped
+
+
+def kill_tree(
+    proc: subprocess.Popen[bytes] | None,
+    sid: int,
+    extra: Iterable[psutil.Process] = (),
+    grace_s: float = 5.0,
+) -> KillReport:
+    """SIGKILL the session, every known descendant and `extra`, then reap what is ours.
+
+    Stragglers that left the session (setsid) are caught through `extra`, the descendants
+    the runner saw while the command ran.
+    """
+    report = KillReport()
+    deadline = time.monotonic() + grace_s
+    known: dict[int, psutil.Process] = {p.pid: p for p in extra}
+    while True:
+        targets = session_members(sid) + descendants(sid)
+        for p in targets:
+            known.setdefault(p.pid, p)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(sid, signal.SIGKILL)
+        alive = []
+        for pid, p in known.items():
+            with contextlib.suppress(psutil.Error):
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    p.kill()
+                    if pid not in report.killed:
+                        report.killed.append(pid)
+                    alive.append(p)
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        report.reaped += _reap(known)
+        psutil.wait_procs(alive, timeout=0.5)
+        report.reaped += _reap(known)
+        remaining = [p for p in session_members(sid) if p.status() != psutil.STATUS_ZOMBIE]
+        if not remaining or time.monotonic() > deadline:
+            report.leftover = [p.pid for p in remaining]
+            return report
+
+
+@dataclass
+class ToolResult:
+    argv: list[str]
+    returncode: int | None  # None when it timed out
+    stdout: str
+    stderr: str
+    duration_s: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+def run_tool(
+    argv: Sequence[str],
+    timeout: float,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stdout_path: Path | None = None,
+) -> ToolResult:
+    """Run an external tool with a hard timeout; on timeout its whole session is killed.
+
+    With `stdout_path`, stdout and stderr go to that file (build logs) instead of memory.
+    """
+    start = time.monotonic()
+    out_file = open(stdout_path, "wb") if stdout_path else None  # noqa: SIM115
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.DEVNULL,
+            stdout=out_file or subprocess.PIPE,
+            stderr=subprocess.STDOUT if out_file else subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        if out_file:
+            out_file.close()
+        return ToolResult(list(argv), 127, "", str(exc), time.monotonic() - start)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        code: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        kill_tree(proc, proc.pid)
+        out, err = proc.communicate()
+        code = None
+    except BaseException:
+        kill_tree(proc, proc.pid)
+        raise
+    finally:
+        if out_file:
+            out_file.close()
+    return ToolResult(
+        list(argv),
+        code,
+        (out or b"").decode("utf-8", "replace"),
+        (err or b"").decode("utf-8", "replace"),
+        time.monotonic() - start,
+    )

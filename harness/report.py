@@ -1,0 +1,276 @@
+"""Reports: reports/<run-id>/ with report.json (versioned schema, docs/report-schema.md),
+report.md, junit.xml, output.log, stacks.txt, samples.json; and a one-screen terminal
+summary. report.json is written atomically at every stage, so a harness that dies leaves
+a partial report whose `status` says how far it got."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from junit_xml import TestCase, TestSuite, to_xml_report_string
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from harness import __version__
+from harness.checks import CheckResult
+from harness.classify import Verdict
+from harness.sampler import SampleSet
+
+SCHEMA_VERSION = 1
+KIND_STYLE = {
+    "pass": "bold green",
+    "hang": "bold red",
+    "crash": "bold red",
+    "error-exit": "bold red",
+    "check-failed": "bold yellow",
+    "build-failed": "bold magenta",
+    "timeout-progressing": "bold yellow",
+    "interrupted": "bold yellow",
+}
+
+
+def new_run_id(label: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in label)[:40]
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{safe}-{secrets.token_hex(2)}"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return _plain(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, float) and value != value:  # NaN is not JSON
+        return None
+    return value
+
+
+@dataclass
+class Report:
+    run_id: str
+    directory: Path
+    harness_argv: list[str]
+    mode: str  # "run" | "watch" | "check" | "compare" | "bisect"
+    status: str = "running"  # running | complete | interrupted | failed
+    stage: str = "start"  # start | pin | prepare | build | run | sample | classify | check | done
+    env: str | None = None
+    pin: dict[str, Any] = field(default_factory=dict)
+    variant: dict[str, Any] = field(default_factory=dict)
+    build: dict[str, Any] | None = None
+    command: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float | None] = field(default_factory=dict)
+    trigger: str | None = None
+    exit: dict[str, Any] = field(default_factory=dict)
+    progress: dict[str, Any] = field(default_factory=dict)
+    verdict: Verdict | None = None
+    checks: list[CheckResult] = field(default_factory=list)
+    samples: SampleSet | None = None
+    cleanup: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    started_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    finished_at: str | None = None
+
+    def artifact(self, name: str) -> Path:
+        return self.directory / name
+
+    def to_json(self) -> dict[str, Any]:
+        samples = _plain(self.samples) if self.samples is not None else None
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "harness_version": __version__,
+            "run_id": self.run_id,
+            "mode": self.mode,
+            "status": self.status,
+            "stage": self.stage,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "harness_argv": self.harness_argv,
+            "env": self.env,
+            "pin": _plain(self.pin),
+            "variant": _plain(self.variant),
+            "build": _plain(self.build),
+            "command": _plain(self.command),
+            "limits": self.limits,
+            "timings": self.timings,
+            "trigger": self.trigger,
+            "exit": _plain(self.exit),
+            "progress": _plain(self.progress),
+            "verdict": _plain(self.verdict),
+            "checks": _plain(self.checks),
+            "samples": samples,
+            "cleanup": _plain(self.cleanup),
+            "notes": self.notes,
+            "artifacts": {
+                name: name
+                for name in ("output.log", "report.md", "junit.xml", "stacks.txt", "samples.json")
+                if self.artifact(name).exists()
+            },
+        }
+
+    def save(self, stage: str | None = None) -> None:
+        """Write report.json now (atomically): called at every stage of a run."""
+        if stage is not None:
+            self.stage = stage
+        atomic_write(self.artifact("report.json"), json.dumps(self.to_json(), indent=2) + "\n")
+
+    def finish(self, status: str = "complete") -> None:
+        self.status = status
+        self.finished_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        if self.samples is not None:
+            atomic_write(self.artifact("stacks.txt"), render_stacks(self.samples))
+            atomic_write(
+                self.artifact("samples.json"), json.dumps(_plain(self.samples), indent=1) + "\n"
+            )
+        atomic_write(self.artifact("report.md"), render_markdown(self))
+        atomic_write(self.artifact("junit.xml"), render_junit(self))
+        self.save("done")
+
+
+def render_stacks(samples: SampleSet) -> str:
+    out: list[str] = []
+    for st in samples.stacks:
+        out.append(f"== pid {st.pid} tid {st.tid} '{st.name}' ({st.source})")
+        for i, f in enumerate(st.frames):
+            where = f.file or f.module or ""
+            if f.file and f.line:
+                where = f"{f.file}:{f.line}"
+            own = " [own]" if f.own else ""
+            out.append(f"  #{i:<2} {f.function}{'  ' + where if where else ''}{own}")
+        out.append("")
+    if samples.notes:
+        out.append("notes:")
+        out += [f"  {n}" for n in samples.notes]
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(r: Report) -> str:
+    v = r.verdict
+    lines = [f"# harness {r.mode}: {r.env or ' '.join(r.command.get('argv', []))}", ""]
+    if v is not None:
+        lines += [f"**Verdict: {v.kind}** — {v.summary}", ""]
+        if v.mechanism:
+            lines.append(f"- mechanism: {v.mechanism}")
+        if v.location:
+            lines.append(f"- location: `{v.location}`")
+        if v.location_frames:
+            lines.append(f"- frames: `{' → '.join(v.location_frames)}`")
+        lines += ["", "## Evidence", ""] + [f"- {e}" for e in v.evidence] + [""]
+    lines += ["## Run", "", "| field | value |", "|---|---|"]
+    rows: list[tuple[str, object]] = [
+        ("run id", r.run_id),
+        ("status", r.status),
+        ("pin", r.pin.get("name")),
+        ("pin verification", r.pin.get("verification", {}).get("status")),
+        ("variant", r.variant.get("spec")),
+        ("command", " ".join(r.command.get("argv", []))),
+        ("cwd", r.command.get("cwd")),
+        ("trigger", r.trigger),
+        ("exit", r.exit),
+        ("limits", r.limits),
+        ("timings", {k: round(x, 2) if isinstance(x, float) else x for k, x in r.timings.items()}),
+        ("progress frames", r.progress.get("frames")),
+    ]
+    if r.build:
+        rows.append(
+            (
+                "build",
+                f"{'cache hit' if r.build.get('cache_hit') else 'built'} "
+                f"in {r.build.get('duration_s', 0):.1f}s, key {r.build.get('key')}",
+            )
+        )
+    lines += [f"| {k} | {str(val).replace('|', '/')} |" for k, val in rows]
+    if r.checks:
+        lines += ["", "## Checks", "", "| check | status | observed | bound |", "|---|---|---|---|"]
+        lines += [f"| {c.name} | {c.status} | {c.observed} | {c.bound} |" for c in r.checks]
+    last = r.progress.get("last_metrics") or {}
+    if last:
+        lines += ["", "## Last metrics", "", "| key | value |", "|---|---|"]
+        lines += [f"| {k} | {val} |" for k, val in sorted(last.items())]
+    if r.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in r.notes]
+    lines += ["", "Artifacts: report.json, output.log, stacks.txt, samples.json, junit.xml", ""]
+    return "\n".join(lines)
+
+
+def render_junit(r: Report) -> str:
+    name = r.env or "command"
+    cases: list[TestCase] = []
+    v = r.verdict
+    case = TestCase(
+        f"verdict[{name}]",
+        classname=f"harness.{r.mode}",
+        elapsed_sec=float(r.timings.get("run_s") or 0.0),
+        stdout="\n".join(v.evidence) if v else "",
+    )
+    if v is None or v.kind not in ("pass", "check-failed"):
+        kind = v.kind if v else "incomplete"
+        case.add_failure_info(message=v.summary if v else "no verdict", output=kind)
+    cases.append(case)
+    for c in r.checks:
+        cc = TestCase(f"check[{c.name}]", classname=f"harness.checks.{name}")
+        if c.status == "fail":
+            cc.add_failure_info(message=c.message, output=f"observed {c.observed}, bound {c.bound}")
+        elif c.status == "skip":
+            cc.add_skipped_info(message=c.message)
+        cases.append(cc)
+    return to_xml_report_string([TestSuite(f"harness-{r.run_id}", cases)])
+
+
+def print_summary(r: Report, stream: TextIO | None = None) -> None:
+    console = Console(file=stream, highlight=False, soft_wrap=False)
+    v = r.verdict
+    kind = v.kind if v else r.status
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("verdict", f"[{KIND_STYLE.get(kind, 'bold')}]{kind}[/]")
+    if v is not None:
+        table.add_row("summary", v.summary)
+        if v.mechanism:
+            table.add_row("mechanism", v.mechanism)
+        if v.location:
+            table.add_row("location", v.location)
+        if v.location_frames:
+            table.add_row("frames", " → ".join(v.location_frames[-6:]))
+    table.add_row(
+        "pin", f"{r.pin.get('name', '-')} ({r.pin.get('verification', {}).get('status', '-')})"
+    )
+    if r.variant:
+        table.add_row("variant", str(r.variant.get("spec")))
+    table.add_row("trigger", f"{r.trigger} after {r.timings.get('run_s') or 0:.1f}s")
+    failed = [c for c in r.checks if c.status == "fail"]
+    if r.checks:
+        table.add_row("checks", f"{len(r.checks) - len(failed)}/{len(r.checks)} passed")
+    for c in failed[:5]:
+        table.add_row("", f"[yellow]✗ {c.name}[/]: {c.message}")
+    if v is not None:
+        for line in v.evidence[:6]:
+            table.add_row("", line if len(line) < 200 else line[:197] + "...")
+    table.add_row("report", str(r.directory))
+    console.print(Panel(table, title=f"harness {r.mode}: {r.env or ''}", expand=False))

@@ -1,0 +1,286 @@
+"""Launch a command in its own session, tee its output to a log, parse progress live,
+and let the watchdog decide when to stop it; sample the tree on suspicion; always kill
+and reap the whole tree before returning."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import psutil
+
+from harness import dashboard, proctree, sampler
+from harness.errors import HarnessError, Interrupted
+from harness.watchdog import Limits, Trigger, Watchdog
+
+MAX_LINE = 64 * 1024  # longer lines are cut before parsing (the log keeps every byte)
+TAIL_LINES = 200
+POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    argv: list[str]
+    cwd: Path
+    env: Mapping[str, str]  # the complete environment of the command
+    parser: str  # a dashboard parser name; "lines" = every output line is progress
+    log_path: Path
+
+
+@dataclass(frozen=True)
+class SampleOptions:
+    enabled: bool = True
+    snapshots: int = 3
+    interval_s: float = 0.5
+    stack_timeout_s: float = 10.0
+    native: str = "auto"
+    python: str = "auto"
+    own_roots: tuple[str, ...] = ()
+
+
+@dataclass
+class RunOutcome:
+    trigger: Trigger
+    reason: str
+    returncode: int | None  # None when the harness killed it
+    pid: int
+    started_at: float  # wall-clock epoch seconds
+    duration_s: float
+    first_progress_s: float | None
+    progress_events: int
+    progressing_at_end: bool
+    frames: list[dashboard.MetricsFrame]
+    output_tail: list[str]
+    output_lines: int
+    samples: sampler.SampleSet | None
+    sampling_s: float
+    cleanup: proctree.KillReport
+    interrupt_signal: int | None = None
+
+    @property
+    def signal(self) -> int | None:
+        return -self.returncode if self.returncode is not None and self.returncode < 0 else None
+
+
+class _OutputPump(threading.Thread):
+    """Reads the command's merged stdout/stderr, writes every byte to the log, and feeds
+    complete lines to the parser. Runs in a daemon thread so a descendant that keeps the
+    pipe open can never block the harness."""
+
+    def __init__(self, fd: int, log: Path, parser: dashboard.Parser, echo: TextIO | None) -> None:
+        super().__init__(daemon=True, name="harness-output")
+        self.fd = fd
+        self.log_path = log
+        self.parser = parser
+        self.echo = echo
+        self.lock = threading.Lock()
+        self.frames: list[dashboard.MetricsFrame] = []
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.lines = 0
+        self.progress_times: list[float] = []
+        self.error: str | None = None
+
+    def run(self) -> None:
+        pending = b""
+        with open(self.log_path, "ab") as log:
+            while True:
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                log.write(chunk)
+                log.flush()
+                pending = self._consume(pending + chunk)
+            if pending:
+                self._line(pending)
+            self._emit(self._guard(self.parser.finish))
+
+    def _consume(self, data: bytes) -> bytes:
+        *lines, rest = data.split(b"\n")
+        for raw in lines:
+            self._line(raw)
+        while len(rest) > MAX_LINE:  # a line without end: parse its head, keep going
+            self._line(rest[:MAX_LINE])
+            rest = rest[MAX_LINE:]
+        return rest
+
+    def _line(self, raw: bytes) -> None:
+        text = raw[:MAX_LINE].decode("utf-8", "replace").rstrip("\r")
+        if self.echo is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.echo.write(text + "\n")
+                self.echo.flush()
+        with self.lock:
+            self.lines += 1
+            self.tail.append(text)
+        self._emit(self._guard(lambda: self.parser.feed(text)))
+
+    def _guard(
+        self, fn: Callable[[], list[dashboard.MetricsFrame]]
+    ) -> list[dashboard.MetricsFrame]:
+        try:
+            return fn()
+        except Exception as exc:  # a parser bug must not kill the watch; record it
+            self.error = f"parser {self.parser.name} failed: {exc!r}"
+            return []
+
+    def _emit(self, frames: list[dashboard.MetricsFrame]) -> None:
+        if not frames:
+            return
+        now = time.monotonic()
+        with self.lock:
+            self.frames.extend(frames)
+            self.progress_times.extend(now for _ in frames)
+
+    def take_progress(self) -> list[float]:
+        with self.lock:
+            times, self.progress_times = self.progress_times, []
+            return times
+
+
+def _launch(spec: RunSpec) -> tuple[subprocess.Popen[bytes], int]:
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            spec.argv,
+            cwd=spec.cwd,
+            env=dict(spec.env),
+            stdin=subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        os.close(read_fd)
+        raise HarnessError(f"command not found: {spec.argv[0]} ({exc.strerror})") from exc
+    except PermissionError as exc:
+        os.close(read_fd)
+        raise HarnessError(f"command not executable: {spec.argv[0]}") from exc
+    finally:
+        os.close(write_fd)
+    return proc, read_fd
+
+
+def _remember_tree(pid: int, seen: dict[int, psutil.Process]) -> None:
+    for p in proctree.descendants(pid):
+        seen.setdefault(p.pid, p)
+
+
+def run_watched(
+    spec: RunSpec,
+    limits: Limits,
+    sampling: SampleOptions,
+    on_started: Callable[[int], None] | None = None,
+    echo: TextIO | None = None,
+) -> RunOutcome:
+    """Run `spec` to completion or until the watchdog fires; never leaves a process behind."""
+    proctree.become_subreaper()
+    spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+    spec.log_path.write_bytes(b"")
+    wall_start = time.time()
+    proc, read_fd = _launch(spec)
+    start = time.monotonic()
+    pump = _OutputPump(read_fd, spec.log_path, dashboard.get_parser(spec.parser), echo)
+    pump.start()
+    dog = Watchdog(limits, start)
+    seen: dict[int, psutil.Process] = {}
+    samples: sampler.SampleSet | None = None
+    sampling_s = 0.0
+    trigger = Trigger.EXIT
+    reason = "exited"
+    progressing = False
+    interrupt_signal: int | None = None
+    try:
+        if on_started is not None:
+            on_started(proc.pid)
+        last_tree_scan = 0.0
+        while True:
+            now = time.monotonic()
+            for t in pump.take_progress():
+                dog.progress(t)
+            if proc.poll() is not None:
+                break
+            if now - last_tree_scan >= 1.0:
+                _remember_tree(proc.pid, seen)
+                last_tree_scan = now
+            fired = dog.check(now)
+            if fired is not None:
+                trigger, reason = fired, dog.reason(fired, now)
+                progressing = dog.progressing(now)
+                if sampling.enabled:
+                    t0 = time.monotonic()
+                    samples = sampler.sample_tree(
+                        proc.pid,
+                        snapshots=sampling.snapshots,
+                        interval=sampling.interval_s,
+                        stack_timeout=sampling.stack_timeout_s,
+                        native=sampling.native,
+                        python=sampling.python,
+                        own_roots=sampling.own_roots,
+                    )
+                    sampling_s = time.monotonic() - t0
+                break
+            time.sleep(POLL_S)
+    except Interrupted as exc:
+        # Not re-raised: the caller still gets an outcome for the partial report.
+        trigger, reason = Trigger.INTERRUPT, f"the harness received signal {exc.signum}"
+        interrupt_signal = exc.signum
+    finally:
+        cleanup = proctree.kill_tree(proc, proc.pid, seen.values())
+        pump.join(timeout=2.0)
+        with contextlib.suppress(OSError):
+            os.close(read_fd)
+        pump.join(timeout=1.0)
+    for t in pump.take_progress():
+        dog.progress(t)
+    end = time.monotonic()
+    if pump.error:
+        print(f"harness: warning: {pump.error}", file=sys.stderr)
+    return RunOutcome(
+        trigger=trigger,
+        reason=reason,
+        returncode=proc.returncode if trigger is Trigger.EXIT else None,
+        pid=proc.pid,
+        started_at=wall_start,
+        duration_s=end - start,
+        first_progress_s=None if dog.first_progress_at is None else dog.first_progress_at - start,
+        progress_events=dog.progress_events,
+        progressing_at_end=progressing,
+        interrupt_signal=interrupt_signal,
+        frames=list(pump.frames),
+        output_tail=list(pump.tail),
+        output_lines=pump.lines,
+        samples=samples,
+        sampling_s=sampling_s,
+        cleanup=cleanup,
+    )
+
+
+def command_env(
+    overrides: Mapping[str, str], base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(overrides)
+    return env
+
+
+def split_assignments(items: Sequence[str], what: str) -> dict[str, str]:
+    """Parse repeated KEY=VALUE options; a malformed one is a usage error."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise HarnessError(f"{what} expects KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out

@@ -1,0 +1,102 @@
+"""Scenarios (scenarios/<name>.toml): what to run for an env and what to expect of it,
+as data. The schema is documented in docs/scenario-schema.md."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import USAGE, HarnessError
+from harness.pin import project_root
+
+SCENARIO_SCHEMA_VERSION = 1
+RUN_KEYS = ("steps", "startup_s", "stall_s", "timeout_s", "upstream_env")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    steps: int
+    startup_s: float
+    stall_s: float
+    timeout_s: float
+    upstream_env: str  # the env's name for this pin (e.g. puffer_breakout for 3.0)
+    args: tuple[str, ...] = ()  # extra trainer arguments for this pin
+    env: dict[str, str] = field(default_factory=dict)  # extra environment for the trainer
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    env: str
+    description: str
+    file: Path
+    defaults: dict[str, Any]
+    per_pin: dict[str, dict[str, Any]]
+    checks: list[dict[str, Any]]
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    def pins(self) -> list[str]:
+        return sorted(self.per_pin)
+
+    def settings(self, pin: str) -> RunSettings:
+        if pin not in self.per_pin:
+            raise HarnessError(
+                f"scenario {self.name} has no settings for pin {pin} "
+                f"(it covers: {', '.join(self.pins()) or 'none'})",
+                USAGE,
+            )
+        merged = {**self.defaults, **self.per_pin[pin]}
+        try:
+            return RunSettings(
+                steps=int(merged["steps"]),
+                startup_s=float(merged["startup_s"]),
+                stall_s=float(merged["stall_s"]),
+                timeout_s=float(merged["timeout_s"]),
+                upstream_env=str(merged.get("upstream_env", self.env)),
+                args=tuple(str(a) for a in merged.get("args", ())),
+                env={str(k): str(v) for k, v in merged.get("env", {}).items()},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HarnessError(f"{self.file.name}: bad run settings for pin {pin}: {exc}") from exc
+
+
+def scenario_dir() -> Path:
+    return project_root() / "scenarios"
+
+
+def available_scenarios() -> list[str]:
+    return sorted(p.stem for p in scenario_dir().glob("*.toml"))
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    path = Path(name_or_path)
+    if path.suffix != ".toml":
+        path = scenario_dir() / f"{name_or_path}.toml"
+    if not path.is_file():
+        known = ", ".join(available_scenarios())
+        raise HarnessError(f"unknown env or scenario {name_or_path!r} (known: {known})", USAGE)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise HarnessError(f"{path.name}: malformed TOML: {exc}", USAGE) from exc
+    if data.get("schema_version") != SCENARIO_SCHEMA_VERSION:
+        raise HarnessError(
+            f"{path.name}: schema_version {data.get('schema_version')!r} is not supported "
+            f"(expected {SCENARIO_SCHEMA_VERSION})",
+            USAGE,
+        )
+    try:
+        return Scenario(
+            name=path.stem,
+            env=str(data["env"]),
+            description=str(data.get("description", "")),
+            file=path,
+            defaults=dict(data.get("defaults", {})),
+            per_pin={str(k): dict(v) for k, v in data.get("pin", {}).items()},
+            checks=list(data.get("checks", [])),
+            raw=data,
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise HarnessError(f"{path.name}: malformed scenario: {exc}", USAGE) from exc

@@ -1,0 +1,268 @@
+"""Upstream checkouts (GitPython): locate or clone a checkout, verify it against the pin,
+export a tree (working tree or a commit) into a scratch folder, and fetch fix refs.
+
+The user's checkout is only ever read: refs are fetched into a harness-owned bare clone
+(which borrows the checkout's objects), and builds happen in exported copies.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import git
+
+from harness import proctree
+from harness.build import cache_root
+from harness.errors import USAGE, HarnessError
+from harness.pin import UNVERIFIED, Pin, Verification, check_files, summarize
+
+GIT_TIMEOUT_S = 120.0
+NETWORK_TIMEOUT_S = 600.0
+
+
+def _git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> str:
+    res = proctree.run_tool(["git", "-C", str(root), *args], timeout=timeout)
+    if res.timed_out:
+        raise HarnessError(f"git {args[0]} timed out after {timeout:g}s in {root}", USAGE)
+    if res.returncode != 0:
+        first = (res.stderr or res.stdout).strip().splitlines()
+        raise HarnessError(
+            f"git {' '.join(args[:2])} failed in {root}: {first[0] if first else res.returncode}",
+            USAGE,
+        )
+    return res.stdout
+
+
+def open_repo(path: Path) -> git.Repo:
+    if not path.exists():
+        raise HarnessError(f"checkout {path} does not exist", USAGE)
+    try:
+        return git.Repo(path)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+        raise HarnessError(f"checkout {path} is not a git repository", USAGE) from exc
+
+
+def managed_checkout(pin: Pin) -> Path:
+    return cache_root() / "checkouts" / pin.name
+
+
+def locate_checkout(pin: Pin, checkout: Path | None) -> Path:
+    if pin.source.kind != "git":
+        raise HarnessError(f"pin {pin.name} is not a git source", USAGE)
+    if checkout is not None:
+        return checkout.expanduser().resolve()
+    env = os.environ.get("HARNESS_CHECKOUT")
+    if env:
+        return Path(env).expanduser().resolve()
+    managed = managed_checkout(pin)
+    if (managed / ".git").exists():
+        return managed
+    raise HarnessError(
+        f"no checkout for pin {pin.name}: pass --checkout PATH, set HARNESS_CHECKOUT, "
+        f"or run `harness pin fetch --pin {pin.name}`",
+        USAGE,
+    )
+
+
+def head_commit(root: Path) -> str:
+    return _git(root, "rev-parse", "HEAD").strip()
+
+
+def dirty_paths(root: Path) -> list[str]:
+    out = _git(root, "status", "--porcelain", "--untracked-files=normal")
+    return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+def commit_matches(expected: str, actual: str) -> bool:
+    """An UNVERIFIED:<short> pin matches a commit with that prefix; a full pin matches exactly."""
+    if expected.startswith(UNVERIFIED):
+        short = expected.split(":", 1)[-1]
+        return bool(short) and actual.startswith(short)
+    return actual == expected
+
+
+def verify_git(pin: Pin, root: Path) -> Verification:
+    open_repo(root)
+    actual = head_commit(root)
+    expected = pin.source.commit
+    v = Verification(
+        "unchecked",
+        f"git {root}",
+        commit_expected=expected,
+        commit_actual=actual,
+        dirty=dirty_paths(root),
+        files=check_files(pin, root),
+    )
+    if expected.startswith(UNVERIFIED):
+        v.unverified.append(f"commit (pinned only as {expected}; run `harness pin update`)")
+        if not commit_matches(expected, actual):
+            v.notes.append(f"HEAD {actual[:12]} does not start with {expected.split(':', 1)[-1]}")
+            v.commit_expected = expected.split(":", 1)[-1]
+    elif not commit_matches(expected, actual):
+        v.notes.append(f"HEAD is {actual}, the pin says {expected}")
+    result = summarize(v)
+    if expected.startswith(UNVERIFIED) and not commit_matches(expected, actual):
+        result.status = "drift"
+    return result
+
+
+def verify_external(pin: Pin, checkout: Path | None) -> tuple[Verification, Path]:
+    if pin.source.kind == "git":
+        root = locate_checkout(pin, checkout)
+        return verify_git(pin, root), root
+    from harness import pypi  # PyPI sdists: downloaded, hash-checked, unpacked
+
+    return pypi.verify_sdist(pin)
+
+
+def export_tree(pin: Pin, root: Path, dest: Path, commit: str | None = None) -> None:
+    """Copy the checkout's files into `dest`: its working tree (tracked and untracked but
+    not ignored: what verification looked at), or the tree of `commit`."""
+    if commit is None:
+        listing = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+        for rel in filter(None, listing.split("\0")):
+            src = root / rel
+            if src.is_file():
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, target, follow_symlinks=False)
+        return
+    archive = dest.with_name(dest.name + ".tar")
+    try:
+        _git(root, "archive", "--format=tar", "-o", str(archive), commit)
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")
+    finally:
+        archive.unlink(missing_ok=True)
+
+
+def mirror(pin: Pin, root: Path) -> Path:
+    """A harness-owned bare clone that borrows the checkout's objects: fetches land here."""
+    path = cache_root() / "repos" / f"{pin.name}.git"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        proctree_res = proctree.run_tool(
+            ["git", "clone", "--bare", "--shared", "--quiet", str(root), str(path)],
+            timeout=GIT_TIMEOUT_S,
+        )
+        if proctree_res.returncode != 0:
+            raise HarnessError(
+                f"could not make a working clone of {root}: {proctree_res.stderr.strip()}", USAGE
+            )
+    return path
+
+
+def resolve_ref(pin: Pin, root: Path, ref: str) -> tuple[Path, str]:
+    """The commit `ref` names: in the checkout's own refs, else fetched from the pin's URL."""
+    repo = mirror(pin, root)
+    _git(repo, "fetch", "--quiet", str(root), "+refs/heads/*:refs/heads/*")
+    local = proctree.run_tool(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", ref + "^{commit}"], timeout=30
+    )
+    if local.returncode == 0:
+        return repo, local.stdout.strip()
+    if not pin.source.url:
+        raise HarnessError(f"ref {ref!r} is not in {root} and pin {pin.name} has no url", USAGE)
+    res = proctree.run_tool(
+        ["git", "-C", str(repo), "fetch", "--quiet", pin.source.url, ref], timeout=NETWORK_TIMEOUT_S
+    )
+    if res.returncode != 0 or res.timed_out:
+        why = "timed out" if res.timed_out else (res.stderr.strip().splitlines() or ["failed"])[-1]
+        raise HarnessError(f"cannot fetch {ref} from {pin.source.url}: {why}", USAGE)
+    return repo, _git(repo, "rev-parse", "FETCH_HEAD").strip()
+
+
+def ref_applier(pin: Pin, root: Path, base: str | None = None) -> Callable[[Path, str], list[str]]:
+    """apply(tree, ref): the diff merge-base(base, ref)..ref applied onto the tree."""
+
+    def apply(tree: Path, ref: str) -> list[str]:
+        repo, commit = resolve_ref(pin, root, ref)
+        start = base or head_commit(root)
+        merge_base = _git(repo, "merge-base", start, commit).strip()
+        diff = _git(repo, "diff", "--binary", merge_base, commit)
+        if not diff.strip():
+            raise HarnessError(
+                f"ref {ref} ({commit[:12]}) adds nothing on top of {start[:12]}", USAGE
+            )
+        patch = tree.with_name(tree.name + ".ref.patch")
+        patch.write_text(diff)
+        try:
+            res = proctree.run_tool(
+                ["git", "apply", "--whitespace=nowarn", str(patch)], timeout=60, cwd=tree
+            )
+            if res.returncode != 0:
+                raise HarnessError(
+                    f"ref {ref} does not apply onto {start[:12]}: {res.stderr.strip()}", USAGE
+                )
+        finally:
+            patch.unlink(missing_ok=True)
+        files = [
+            ln.split("\t")[-1]
+            for ln in _git(repo, "diff", "--numstat", merge_base, commit).splitlines()
+        ]
+        return [f"ref {ref} = {commit[:12]} applied onto {start[:12]}: {', '.join(files)}"]
+
+    return apply
+
+
+def fetch_checkout(pin: Pin, dest: Path | None = None) -> Path:
+    """Clone the pin's repository (branch) and check out the pinned commit when known."""
+    if pin.source.kind != "git" or not pin.source.url:
+        raise HarnessError(f"pin {pin.name} has no git url to fetch", USAGE)
+    target = dest or managed_checkout(pin)
+    if (target / ".git").exists():
+        _git(target, "fetch", "--quiet", "origin", timeout=NETWORK_TIMEOUT_S)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        argv = ["git", "clone", "--quiet"]
+        if pin.source.branch:
+            argv += ["--branch", pin.source.branch]
+        res = proctree.run_tool([*argv, pin.source.url, str(target)], timeout=NETWORK_TIMEOUT_S)
+        if res.returncode != 0 or res.timed_out:
+            why = (
+                "timed out"
+                if res.timed_out
+                else (res.stderr.strip().splitlines() or ["failed"])[-1]
+            )
+            shutil.rmtree(target, ignore_errors=True)
+            raise HarnessError(f"cannot clone {pin.source.url}: {why} (no network access?)", USAGE)
+    commit = pin.source.commit.split(":", 1)[-1]
+    if commit:
+        _git(target, "checkout", "--quiet", "--detach", commit)
+    return target
+
+
+def update_pin_file(pin: Pin, root: Path, commit: str | None) -> list[str]:
+    """Rewrite the pin's commit and [files] hashes from a real tree; returns what changed."""
+    from harness.pin import sha256_file
+
+    text = pin.file.read_text()
+    changes: list[str] = []
+    if commit is not None and pin.source.commit != commit:
+        new, n = re.subn(r'(?m)^(\s*commit\s*=\s*)"[^"]*"', rf'\g<1>"{commit}"', text, count=1)
+        if n:
+            text = new
+            changes.append(f"commit {pin.source.commit} → {commit}")
+    names = list(pin.files) or []
+    if not names:
+        raise HarnessError(f"pin {pin.name} lists no [files] to hash", USAGE)
+    lines = []
+    for rel in names:
+        path = root / rel
+        if not path.is_file():
+            raise HarnessError(f"{rel} (listed in {pin.file.name}) is missing from {root}", USAGE)
+        digest = sha256_file(path)
+        if pin.files[rel] != digest:
+            changes.append(f"{rel}: {pin.files[rel][:16]} → {digest[:16]}")
+        lines.append(f'"{rel}" = "{digest}"')
+    head, sep, _ = text.partition("\n[files]\n")
+    if not sep:
+        raise HarnessError(f"{pin.file.name}: [files] must be the last table to be updated", USAGE)
+    comment = "# sha256 of the files that matter; `harness pin update` rewrites this table\n"
+    pin.file.write_text(head + sep + comment + "\n".join(lines) + "\n")
+    return changes

@@ -1,0 +1,262 @@
+"""Variants: stock, the omp-free source transform, user patches, fix refs, build-time
+variables, and combinations of them ("omp-free+patch:guards.patch"), applied to a
+prepared copy of the source (never to the user's checkout).
+
+The omp-free transform is data (upstream_pin/fixes/omp-free.toml): which functions, in
+which files, and which pragma lines to neutralize. It works on any commit, so bisect and
+CI can apply it to history too, and it fails loudly when a function or pragma is absent.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import proctree
+from harness.errors import USAGE, HarnessError
+from harness.pin import Pin, pin_dir
+
+MARK = "/* [harness omp-free] */ //"
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # "omp-free" | "patch" | "ref" | "env"
+    arg: str = ""
+
+    def label(self) -> str:
+        return self.kind if not self.arg else f"{self.kind}:{self.arg}"
+
+
+@dataclass
+class Applied:
+    """What a variant changed, for the report."""
+
+    steps: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    build_env: dict[str, str] = field(default_factory=dict)
+
+
+def parse_variant(spec: str, pin: Pin, _depth: int = 0) -> list[Step]:
+    """Expand aliases from the pin and split combinations into steps."""
+    if _depth > 8:
+        raise HarnessError(f"variant alias loop at {spec!r}", USAGE)
+    steps: list[Step] = []
+    for part in filter(None, (p.strip() for p in spec.split("+"))):
+        if part in pin.variants:
+            steps += parse_variant(pin.variants[part], pin, _depth + 1)
+        elif part == "stock":
+            continue
+        elif part == "omp-free":
+            steps.append(Step("omp-free", "omp-free"))
+        elif part.startswith("omp-free:"):
+            steps.append(Step("omp-free", part.split(":", 1)[1]))
+        elif part.startswith(("patch:", "ref:", "env:")):
+            kind, arg = part.split(":", 1)
+            if not arg:
+                raise HarnessError(f"variant {part!r} needs a value after ':'", USAGE)
+            steps.append(Step(kind, arg))
+        else:
+            aliases = ", ".join(sorted(pin.variants)) or "none"
+            raise HarnessError(
+                f"unknown variant {part!r} (use stock, omp-free, patch:FILE, ref:REF, env:K=V, "
+                f"or a '+' combination; aliases of pin {pin.name}: {aliases})",
+                USAGE,
+            )
+    return steps
+
+
+# ---------------------------------------------------------------- omp-free transform
+
+
+@dataclass(frozen=True)
+class TransformTarget:
+    function: str
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Transform:
+    name: str
+    description: str
+    pragma: re.Pattern[str]
+    targets: tuple[TransformTarget, ...]
+
+
+def load_transform(name: str) -> Transform:
+    path = pin_dir() / "fixes" / f"{name}.toml"
+    if not path.is_file():
+        raise HarnessError(f"unknown transform {name!r}: {path} does not exist", USAGE)
+    try:
+        data = tomllib.loads(path.read_text())
+        return Transform(
+            name=data["name"],
+            description=data.get("description", ""),
+            pragma=re.compile(data.get("pragma", r"^\s*#\s*pragma\s+omp\b")),
+            targets=tuple(
+                TransformTarget(t["function"], tuple(t["files"])) for t in data["targets"]
+            ),
+        )
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, re.error) as exc:
+        raise HarnessError(f"{path.name}: malformed transform: {exc}", USAGE) from exc
+
+
+def _strip_code(text: str) -> str:
+    """The text with comments and string/char literals blanked (same length), so that
+    braces and names inside them do not confuse the body search."""
+    out = list(text)
+    i, n = 0, len(text)
+    while i < n:
+        two = text[i : i + 2]
+        if two == "//":
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+        elif two == "/*":
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+        elif text[i] in "\"'":
+            q, j = text[i], i + 1
+            while j < n and text[j] != q and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n)
+        else:
+            i += 1
+            continue
+        for k in range(i, j):
+            if out[k] != "\n":
+                out[k] = " "
+        i = j
+    return "".join(out)
+
+
+def function_body(text: str, function: str) -> tuple[int, int] | None:
+    """(start, end) offsets of the body braces of `function`'s definition, or None."""
+    code = _strip_code(text)
+    head = re.compile(rf"\b{re.escape(function)}\s*\(")
+    for m in head.finditer(code):
+        depth, i = 0, m.end() - 1
+        while i < len(code):  # skip the parameter list
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+            if depth == 0:
+                break
+        rest = re.match(r"[^;{()]*\{", code[i:])
+        if rest is None:
+            continue  # a call or a prototype, not the definition
+        start = i + rest.end() - 1
+        depth = 0
+        for j in range(start, len(code)):
+            depth += {"{": 1, "}": -1}.get(code[j], 0)
+            if depth == 0:
+                return start, j + 1
+    return None
+
+
+def _neutralize(text: str, span: tuple[int, int], pragma: re.Pattern[str]) -> tuple[str, list[int]]:
+    start, end = span
+    lines = text[start:end].split("\n")
+    first_line = text.count("\n", 0, start) + 1
+    changed: list[int] = []
+    out: list[str] = []
+    continuing = False
+    for idx, line in enumerate(lines):
+        if continuing or pragma.match(line):
+            changed.append(first_line + idx)
+            out.append(MARK + " " + line)
+            continuing = line.rstrip().endswith("\\")
+        else:
+            out.append(line)
+    return text[:start] + "\n".join(out) + text[end:], changed
+
+
+def apply_transform(tree: Path, transform: Transform) -> list[str]:
+    """Neutralize every matching pragma inside each target function; list what changed."""
+    changes: list[str] = []
+    for target in transform.targets:
+        found = False
+        for rel in target.files:
+            path = tree / rel
+            if not path.is_file():
+                continue
+            text = path.read_text()
+            span = function_body(text, target.function)
+            if span is None:
+                continue
+            found = True
+            new, lines = _neutralize(text, span, transform.pragma)
+            if not lines:
+                raise HarnessError(
+                    f"{transform.name}: no OpenMP pragma in {target.function}() in {rel}: "
+                    "nothing to neutralize (already fixed, or the transform is out of date)",
+                    USAGE,
+                )
+            path.write_text(new)
+            changes += [f"{rel}:{n} in {target.function}(): pragma neutralized" for n in lines]
+            break
+        if not found:
+            raise HarnessError(
+                f"{transform.name}: function {target.function}() not found in "
+                f"{', '.join(target.files)}",
+                USAGE,
+            )
+    return changes
+
+
+# ---------------------------------------------------------------- patches and refs
+
+
+def apply_patch(tree: Path, patch: Path) -> list[str]:
+    if not patch.is_file():
+        raise HarnessError(f"patch file not found: {patch}", USAGE)
+    argv = ["git", "apply", "--whitespace=nowarn", "--directory=.", str(patch)]
+    check = proctree.run_tool([*argv[:2], "--check", *argv[2:]], timeout=60, cwd=tree)
+    if check.returncode != 0:
+        first = (check.stderr or check.stdout).strip().splitlines()[:1]
+        raise HarnessError(
+            f"patch {patch.name} does not apply: {first[0] if first else 'git apply failed'}",
+            USAGE,
+        )
+    done = proctree.run_tool(argv, timeout=60, cwd=tree)
+    if done.returncode != 0:
+        raise HarnessError(f"patch {patch.name} failed: {done.stderr.strip()}", USAGE)
+    stat = proctree.run_tool(["git", "apply", "--stat", str(patch)], timeout=60, cwd=tree)
+    return [f"patch {patch.name}: {line.strip()}" for line in stat.stdout.splitlines() if line]
+
+
+def resolve_patch_path(arg: str, pin: Pin) -> Path:
+    """A patch path as given, else relative to the pin's folder (upstream_pin/)."""
+    given = Path(arg).expanduser()
+    if given.is_file():
+        return given.resolve()
+    return (pin.file.parent / arg).resolve()
+
+
+RefApplier = Callable[[Path, str], list[str]]
+
+
+def apply_steps(
+    tree: Path, steps: list[Step], pin: Pin, apply_ref: RefApplier | None = None
+) -> Applied:
+    applied = Applied()
+    for step in steps:
+        applied.steps.append(step.label())
+        if step.kind == "omp-free":
+            applied.changes += apply_transform(tree, load_transform(step.arg))
+        elif step.kind == "patch":
+            applied.changes += apply_patch(tree, resolve_patch_path(step.arg, pin))
+        elif step.kind == "env":
+            key, sep, value = step.arg.partition("=")
+            if not sep or not key:
+                raise HarnessError(f"variant env:{step.arg} expects env:KEY=VALUE", USAGE)
+            applied.build_env[key] = value
+            applied.changes.append(f"build environment {key}={value}")
+        elif step.kind == "ref":
+            if apply_ref is None:
+                raise HarnessError(
+                    f"variant ref:{step.arg} needs a git upstream (pin {pin.name} has none)", USAGE
+                )
+            applied.changes += apply_ref(tree, step.arg)
+    return applied

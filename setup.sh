@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Sets up everything the harness needs on a Debian/Ubuntu host: system packages (gcc with
+# libgomp, gdb, elfutils for eu-stack, git), then a virtual environment in .venv with the
+# harness and its development tools. Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need_pkgs=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have gcc || need_pkgs+=(gcc libc6-dev)
+have gdb || need_pkgs+=(gdb)
+have eu-stack || need_pkgs+=(elfutils)
+have git || need_pkgs+=(git)
+if ! echo 'int main(void){return 0;}' | gcc -fopenmp -x c - -o /dev/null 2>/dev/null; then
+  need_pkgs+=(libgomp1)
+fi
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_pkgs+=(python3-venv)
+
+if ((${#need_pkgs[@]})); then
+  echo "setup: installing system packages: ${need_pkgs[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+stamp=.venv/.harness-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  touch "$stamp"
+fi
+echo "setup: ready ($(.venv/bin/harness --version); gcc $(gcc -dumpversion); $(gdb --version | head -1))"

@@ -1,0 +1,89 @@
+"""The classifier on hand-made samples: each mechanism, location choice, and exit kinds.
+(The same paths on real processes are covered by test_watch.py and test_run_replica.py.)"""
+
+from harness import classify
+from harness.classify import Pattern
+from harness.sampler import Frame, SampleSet, ThreadActivity, ThreadStack
+from harness.watchdog import Trigger
+import re
+
+SIGS = classify.load_signatures().with_own(
+    [Pattern("env_start", (re.compile(r"env_start(\._omp_fn\.\d+)?"),))]
+)
+
+
+def _samples(threads: list[tuple[int, int, str, float, list[Frame]]]) -> SampleSet:
+    activity = [
+        ThreadActivity(p, t, "puffer", [s] * 3, cpu, "futex_wait_queue", "202")
+        for p, t, s, cpu, _ in threads
+    ]
+    stacks = [ThreadStack(p, t, "puffer", frames, "gdb") for p, t, _, _, frames in threads]
+    return SampleSet([], activity, stacks, {"gdb": "used"}, [], 1.0)
+
+
+GOMP_HANG = [
+    Frame("futex_wait", "libgomp.so.1"),
+    Frame("gomp_barrier_wait_end", "libgomp.so.1"),
+    Frame("gomp_team_start", "libgomp.so.1"),
+    Frame("GOMP_parallel", "libgomp.so.1"),
+    Frame("env_start", "puffer", "src/vecenv.h", 80, own=True),
+    Frame("main", "puffer", "src/puffer.c", 300, own=True),
+]
+SUPERVISOR = [
+    Frame("__wait4", "libc.so.6"),
+    Frame("supervise_child", "puffer", "src/puffer.c", 50, own=True),
+    Frame("main", "puffer", "src/puffer.c", 310, own=True),
+]
+
+
+def test_deadlock_in_env_start_ignores_the_waiting_supervisor() -> None:
+    s = _samples([(10, 10, "S", 0.0, SUPERVISOR), (11, 11, "S", 0.0, GOMP_HANG)])
+    v = classify.classify_hang(s, "no progress", SIGS)
+    assert (v.kind, v.mechanism, v.location) == ("hang", "deadlock", "env_start")
+    assert v.runtime[:2] == ["libgomp parallel region", "libgomp team start"]
+    assert "futex wait" in v.runtime
+    assert v.location_frames[0].startswith("env_start")
+    assert v.exit_code == 2
+
+
+def test_spin_names_the_busy_thread() -> None:
+    busy = [
+        Frame("spin_forever", "busy", "busy_spin.c", 9, own=True),
+        Frame("main", "busy", own=True),
+    ]
+    s = _samples([(20, 20, "R", 0.98, busy)])
+    v = classify.classify_hang(s, "no progress", SIGS)
+    assert (v.mechanism, v.location) == ("spin", "spin_forever")
+
+
+def test_exit_blocked_when_main_thread_is_a_zombie() -> None:
+    worker = [
+        Frame("__futex_abstimed_wait_common", "libc.so.6"),
+        Frame("pthread_cond_wait", "libc.so.6"),
+        Frame("wait_for_shutdown", "prog", own=True),
+    ]
+    s = _samples([(30, 30, "Z", 0.0, []), (30, 31, "S", 0.0, worker)])
+    v = classify.classify_hang(s, "no progress", SIGS)
+    assert (v.mechanism, v.location) == ("exit-blocked", "wait_for_shutdown")
+    assert "condition variable" in v.runtime
+
+
+def test_stopped_process() -> None:
+    s = _samples([(40, 40, "T", 0.0, [])])
+    assert classify.classify_hang(s, "no progress", SIGS).mechanism == "stopped"
+
+
+def test_exit_kinds() -> None:
+    tail = ["epoch 1", "missing key [?] util/gpu_percent"]
+    v = classify.classify_exit(1, tail, SIGS)
+    assert v.kind == "error-exit" and "util/gpu_percent" in v.summary and v.exit_code == 3
+    assert classify.classify_exit(-11, [], SIGS).kind == "crash"
+    assert "SIGABRT" in classify.classify_exit(134, [], SIGS).summary  # 128+6 via a wrapper
+    assert classify.classify_exit(0, [], SIGS).kind == "pass"
+
+
+def test_wall_timeout_while_progressing_is_not_a_hang() -> None:
+    v = classify.classify(Trigger.WALL, "wall", None, True, None, [], SIGS)
+    assert v.kind == "timeout-progressing" and v.exit_code == 6
+    v = classify.classify(Trigger.WALL, "wall", None, False, None, [], SIGS)
+    assert v.kind == "hang"
