@@ -65,13 +65,18 @@ class Pattern:
     name: str
     functions: tuple[re.Pattern[str], ...]
     files: tuple[str, ...] = ()
+    modules: tuple[re.Pattern[str], ...] = ()
     passive: bool = False
     mechanism: str | None = None
 
     def matches(self, frame: Frame) -> bool:
         if self.files and not (frame.file and frame.file.endswith(self.files)):
             return False
-        return any(rx.fullmatch(frame.function) for rx in self.functions)
+        if self.modules:
+            base = (frame.module or "").rsplit("/", 1)[-1]
+            if not any(rx.fullmatch(base) for rx in self.modules):
+                return False
+        return not self.functions or any(rx.fullmatch(frame.function) for rx in self.functions)
 
 
 @dataclass(frozen=True)
@@ -93,15 +98,19 @@ class Signatures:
 
 def pattern_from_table(table: dict[str, Any], where: str) -> Pattern:
     try:
-        return Pattern(
+        pattern = Pattern(
             name=str(table["name"]),
-            functions=tuple(re.compile(f) for f in table["functions"]),
+            functions=tuple(re.compile(f) for f in table.get("functions", ())),
             files=tuple(table.get("files", ())),
+            modules=tuple(re.compile(m) for m in table.get("modules", ())),
             passive=bool(table.get("passive", False)),
             mechanism=table.get("mechanism"),
         )
     except (KeyError, TypeError, re.error) as exc:
         raise errors.HarnessError(f"{where}: bad signature entry {table!r}: {exc}") from exc
+    if not (pattern.functions or pattern.modules):
+        raise errors.HarnessError(f"{where}: signature {pattern.name!r} needs functions or modules")
+    return pattern
 
 
 def load_signatures() -> Signatures:
@@ -119,7 +128,7 @@ def load_signatures() -> Signatures:
 
 
 def _frame_text(frame: Frame) -> str:
-    where = frame.file or frame.module
+    where = (frame.file or frame.module or "").rsplit("/", 1)[-1]
     if where and frame.line:
         where = f"{where}:{frame.line}"
     return f"{frame.function} ({where})" if where else frame.function

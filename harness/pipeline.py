@@ -9,7 +9,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness import build as buildmod
@@ -19,7 +19,7 @@ from harness.errors import BUILD_FAILED, USAGE, HarnessError
 from harness.pin import Pin, Verification, check_env, load_pin, verify_path_source
 from harness.report import Report, new_run_id
 from harness.scenario import RunSettings, Scenario, load_scenario
-from harness.watchdog import Limits, Trigger
+from harness.watchdog import Limits
 
 
 @dataclass
@@ -193,7 +193,7 @@ def verify_prepare_build(
     compare and bisect."""
     verification, root = verify_source(pin, checkout)
     if report is not None:
-        report.pin["verification"] = verification
+        report.pin["verification"] = {**asdict(verification), "summary": verification.describe()}
     if verification.status == "drift" and not allow_drift:
         raise HarnessError(
             f"pin {pin.name}: source does not match the pin ({verification.describe()}); "
@@ -265,9 +265,18 @@ def _run_env_stages(
     assert verdict is not None
     interrupted = _interrupted_code(outcome)
     if interrupted is None:
-        report.checks = checksmod.run_checks(
-            scenario, pin.name, outcome.frames, built.tree, verdict, steps
+        report.checks, config_source = checksmod.run_checks(
+            scenario.checks,
+            pin.name,
+            outcome.frames,
+            built.tree,
+            settings.upstream_env,
+            argv,
+            pin.config_files,
+            outcome.started_at,
+            steps,
         )
+        report.notes.append(f"config for checks read from {config_source}")
         checksmod.apply_to_verdict(verdict, report.checks)
     report.finish("interrupted" if interrupted else "complete")
     return report, interrupted if interrupted is not None else verdict.exit_code
