@@ -1,8 +1,24 @@
-"""Scenario checks on parsed metrics (keys, bounds, clipping, epochs, finiteness, SPS)."""
+"""Scenario checks on what a run reported: dashboard keys present, per-key bounds over every
+frame, finiteness, epochs trained, steps reached, SPS floor, and clipping settings read from
+the resolved config. Checks are data (the scenario's [[checks]], docs/scenario-schema.md);
+each yields one CheckResult with the observed value and the bound.
+"""
 
 from __future__ import annotations
 
+import configparser
+import fnmatch
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import dashboard
+from harness.errors import USAGE, HarnessError
+
+KINDS = ("required", "range", "finite", "config", "steps_reached")
 
 
 @dataclass
@@ -14,12 +30,250 @@ class CheckResult:
     message: str = ""
 
 
+@dataclass
+class Observed:
+    """Everything a check may look at."""
+
+    series: dict[str, list[float]]  # key → values in frame order (end-of-run metrics last)
+    frames: int
+    config: dict[str, dict[str, str]]  # section → key → value (resolved)
+    requested_steps: int | None
+
+    def keys(self, pattern: str) -> list[str]:
+        return sorted(k for k in self.series if fnmatch.fnmatchcase(k, pattern))
+
+
+def observe(
+    frames: Sequence[dashboard.MetricsFrame],
+    final_metrics: Mapping[str, float] | None = None,
+    config: dict[str, dict[str, str]] | None = None,
+    requested_steps: int | None = None,
+) -> Observed:
+    series: dict[str, list[float]] = {}
+    for frame in frames:
+        for key, value in frame.metrics.items():
+            series.setdefault(key, []).append(value)
+    for key, value in (final_metrics or {}).items():
+        series.setdefault(key, []).append(value)
+    return Observed(series, len(frames), config or {}, requested_steps)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def _bound(spec: Mapping[str, Any]) -> str:
+    lo, hi = spec.get("min"), spec.get("max")
+    if lo is not None and hi is not None:
+        return f"[{_fmt(lo)}, {_fmt(hi)}]"
+    if lo is not None:
+        return f">= {_fmt(lo)}"
+    if hi is not None:
+        return f"<= {_fmt(hi)}"
+    return "any"
+
+
+def _within(value: float, spec: Mapping[str, Any]) -> bool:
+    lo, hi = spec.get("min"), spec.get("max")
+    if math.isnan(value):
+        return False
+    return (lo is None or value >= lo) and (hi is None or value <= hi)
+
+
+def _check_required(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
+    out = []
+    for pattern in spec["keys"]:
+        found = obs.keys(pattern)
+        name = f"key {pattern} reported"
+        if found:
+            out.append(CheckResult(name, "pass", ", ".join(found[:5]), "present"))
+        else:
+            why = "no dashboard frame was rendered" if obs.frames == 0 else "never in any frame"
+            out.append(CheckResult(name, "fail", "missing", "present", f"{pattern}: {why}"))
+    return out
+
+
+def _check_range(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
+    out = []
+    over = spec.get("over", "all")
+    for key in [spec["key"]] if "key" in spec else spec["keys"]:
+        name = spec.get("name") or f"{key} in {_bound(spec)}"
+        matched = obs.keys(key)
+        if not matched:
+            status = "skip" if spec.get("optional") else "fail"
+            why = "no dashboard frame was rendered" if obs.frames == 0 else "not reported"
+            out.append(CheckResult(name, status, None, _bound(spec), f"{key}: {why}"))
+            continue
+        for k in matched:
+            values = obs.series[k][-1:] if over == "last" else obs.series[k]
+            bad = [v for v in values if not _within(v, spec)]
+            lo, hi = min(values), max(values)
+            observed: object = _fmt(values[-1]) if over == "last" else f"[{_fmt(lo)}, {_fmt(hi)}]"
+            label = name if k == key else f"{k} in {_bound(spec)}"
+            if bad:
+                msg = f"{k} = {_fmt(bad[0])} outside {_bound(spec)} ({len(bad)} of {len(values)} values)"
+                out.append(CheckResult(label, "fail", observed, _bound(spec), msg))
+            else:
+                out.append(CheckResult(label, "pass", observed, _bound(spec)))
+    return out
+
+
+def _check_finite(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
+    out = []
+    for pattern in spec["keys"]:
+        keys = obs.keys(pattern)
+        name = spec.get("name") or f"{pattern} finite"
+        if not keys:
+            status = "skip" if spec.get("optional") else "fail"
+            out.append(CheckResult(name, status, None, "finite", f"{pattern}: not reported"))
+            continue
+        bad = [(k, v) for k in keys for v in obs.series[k] if not math.isfinite(v)]
+        if bad:
+            k, v = bad[0]
+            out.append(CheckResult(name, "fail", f"{k} = {v}", "finite", f"{k} is {v}"))
+        else:
+            out.append(CheckResult(name, "pass", f"{len(keys)} keys", "finite"))
+    return out
+
+
+def _check_config(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
+    section, key = spec["section"], spec["key"]
+    name = spec.get("name") or f"config [{section}] {key} in {_bound(spec)}"
+    raw = obs.config.get(section, {}).get(key)
+    if raw is None:
+        status = "skip" if spec.get("optional") else "fail"
+        return [CheckResult(name, status, None, _bound(spec), f"[{section}] {key} not in the resolved config")]
+    try:
+        value = float(raw)
+    except ValueError:
+        return [CheckResult(name, "fail", raw, _bound(spec), f"[{section}] {key} = {raw!r} is not a number")]
+    ok = _within(value, spec)
+    msg = "" if ok else f"[{section}] {key} = {_fmt(value)} outside {_bound(spec)}"
+    return [CheckResult(name, "pass" if ok else "fail", _fmt(value), _bound(spec), msg)]
+
+
+def _check_steps(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
+    key = spec.get("key", "agent_steps")
+    fraction = float(spec.get("fraction", 1.0))
+    name = spec.get("name") or f"{key} reached the requested steps"
+    if obs.requested_steps is None:
+        return [CheckResult(name, "skip", None, "", "no step count was requested")]
+    need = obs.requested_steps * fraction
+    bound = f">= {_fmt(need)}"
+    values = obs.series.get(key)
+    if not values:
+        return [CheckResult(name, "fail", None, bound, f"{key} never reported")]
+    got = max(values)
+    ok = got >= need
+    return [CheckResult(name, "pass" if ok else "fail", _fmt(got), bound,
+                        "" if ok else f"{key} reached {_fmt(got)} of {_fmt(need)} requested")]
+
+
+CHECKERS = {
+    "required": _check_required,
+    "range": _check_range,
+    "finite": _check_finite,
+    "config": _check_config,
+    "steps_reached": _check_steps,
+}
+
+
+def validate(specs: Iterable[Mapping[str, Any]], where: str) -> None:
+    """Reject unknown check kinds and missing fields before anything runs."""
+    needs = {"required": ("keys",), "range": (), "finite": ("keys",), "config": ("section", "key"),
+             "steps_reached": ()}
+    for spec in specs:
+        kind = spec.get("kind")
+        if kind not in CHECKERS:
+            raise HarnessError(f"{where}: unknown check kind {kind!r} (known: {', '.join(KINDS)})", USAGE)
+        missing = [f for f in needs[kind] if f not in spec]
+        if kind == "range" and "key" not in spec and "keys" not in spec:
+            missing.append("key")
+        if missing:
+            raise HarnessError(f"{where}: check {spec.get('name', kind)!r} needs {', '.join(missing)}", USAGE)
+
+
+def evaluate(specs: Iterable[Mapping[str, Any]], obs: Observed, pin: str) -> list[CheckResult]:
+    results: list[CheckResult] = []
+    for spec in specs:
+        pins = spec.get("pins")
+        if pins is not None and pin not in pins:
+            continue
+        results += CHECKERS[spec["kind"]](spec, obs)
+    return results
+
+
+# ---------------------------------------------------------------- resolved config
+
+_FLAG = re.compile(r"^--(?P<section>[A-Za-z_][\w-]*)\.(?P<key>[\w-]+)=(?P<value>.*)$")
+
+
+def _read_ini(path: Path, into: dict[str, dict[str, str]]) -> None:
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    try:
+        parser.read(path)
+    except configparser.Error:
+        return
+    for section in parser.sections():
+        into.setdefault(section, {}).update(parser.items(section))
+
+
+def resolved_config(
+    tree: Path, env: str, argv: Sequence[str], config_files: Sequence[str], since: float
+) -> tuple[dict[str, dict[str, str]], str]:
+    """The run's config: its own end-of-run record (logs/<env>/*.ini written since the run
+    began) when there is one, else the config files plus the --sec.key=value arguments."""
+    logs = sorted(
+        (p for p in (tree / "logs" / env).glob("*.ini") if p.stat().st_mtime >= since),
+        key=lambda p: p.stat().st_mtime,
+    )
+    config: dict[str, dict[str, str]] = {}
+    if logs:
+        _read_ini(logs[-1], config)
+        config.pop("metrics", None)
+        return config, str(logs[-1])
+    for rel in config_files:
+        _read_ini(tree / rel.format(env=env), config)
+    for arg in argv:
+        m = _FLAG.match(arg)
+        if m:
+            key = m["key"].replace("-", "_")
+            config.setdefault(m["section"], {})[key] = m["value"]
+    return config, "config files + command-line flags"
+
+
 def run_checks(
-    scenario: object, pin: str, frames: list[object], tree: object, verdict: object, steps: int
-) -> list[CheckResult]:
-    """Placeholder until scenario checks land: no checks configured."""
-    return []
+    specs: Sequence[Mapping[str, Any]],
+    pin: str,
+    frames: Sequence[dashboard.MetricsFrame],
+    tree: Path,
+    env: str,
+    argv: Sequence[str],
+    config_files: Sequence[str],
+    since: float,
+    requested_steps: int | None,
+) -> tuple[list[CheckResult], str]:
+    final = dashboard.read_run_logs(tree, env) if (tree / "logs" / env).is_dir() else {}
+    logs = [p for p in (tree / "logs" / env).glob("*.ini")] if (tree / "logs" / env).is_dir() else []
+    if not any(p.stat().st_mtime >= since for p in logs):
+        final = {}  # an older run's record is not this run's
+    config, source = resolved_config(tree, env, argv, config_files, since)
+    obs = observe(frames, final, config, requested_steps)
+    return evaluate(specs, obs, pin), source
 
 
-def apply_to_verdict(verdict: object, results: list[CheckResult]) -> None:
-    return None
+def apply_to_verdict(verdict: Any, results: Sequence[CheckResult]) -> None:
+    """A run that passed but failed a check becomes check-failed (exit 1); other verdicts
+    (hang, crash, …) stay what they are: their checks are context, not the cause."""
+    failed = [r for r in results if r.status == "fail"]
+    if verdict.kind != "pass" or not failed:
+        return
+    from harness.errors import CHECK_FAILED
+
+    verdict.kind = "check-failed"
+    verdict.exit_code = CHECK_FAILED
+    verdict.summary = f"check failed: {failed[0].message or failed[0].name}" + (
+        f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+    )
+    verdict.evidence = [f"check {r.name}: observed {r.observed}, bound {r.bound}: {r.message}" for r in failed] + verdict.evidence

@@ -69,6 +69,7 @@ class Pin:
     build_hints: tuple[Hint, ...]
     run_command: str
     run_env: dict[str, str]
+    config_files: tuple[str, ...]  # relative to the build tree, "{env}" expanded
     files: dict[str, str]  # path relative to the source root → sha256 (or UNVERIFIED…)
     variants: dict[str, str]  # alias → variant spec
     signatures: tuple[Pattern, ...]
@@ -129,6 +130,7 @@ def parse_pin(data: dict[str, Any], file: Path) -> Pin:
         build_hints=tuple(Hint(h["pattern"], h["hint"]) for h in build.get("hints", [])),
         run_command=str(_need(run, "command", f"{where} [run]")),
         run_env=_str_map(run.get("env", {}), f"{where} [run.env]"),
+        config_files=tuple(run.get("config_files", ("config/default.ini", "config/{env}.ini"))),
         files=_str_map(data.get("files", {}), f"{where} [files]"),
         variants=_str_map(data.get("variants", {}), f"{where} [variants]"),
         signatures=tuple(

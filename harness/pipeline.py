@@ -37,6 +37,7 @@ class RunOptions:
     report_dir: Path = Path("reports")
     checkout: Path | None = None
     allow_drift: bool = False
+    commit: str | None = None  # git pins: build this commit's tree (bisect) instead of the checkout's
     sampling: runner.SampleOptions = field(default_factory=runner.SampleOptions)
     tee: bool = False
     harness_argv: list[str] = field(default_factory=list)
@@ -77,8 +78,10 @@ def verify_source(pin: Pin, checkout: Path | None) -> tuple[Verification, Path]:
 
 
 def prepare_tree(
-    pin: Pin, root: Path, variant: str, checkout: Path | None
+    pin: Pin, root: Path, variant: str, commit: str | None = None
 ) -> tuple[Path, variants.Applied]:
+    """A scratch copy of the source (the checkout's working tree, or `commit`'s tree) with
+    the variant applied. The user's checkout is only read."""
     steps = variants.parse_variant(variant, pin)
     scratch = buildmod.new_scratch_tree()
     try:
@@ -88,8 +91,8 @@ def prepare_tree(
         else:
             from harness import upstream
 
-            upstream.export_tree(pin, root, scratch)
-            apply_ref = upstream.ref_applier(pin, root)
+            upstream.export_tree(pin, root, scratch, commit)
+            apply_ref = upstream.ref_applier(pin, root, base=commit)
         return scratch, variants.apply_steps(scratch, steps, pin, apply_ref)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -118,8 +121,10 @@ def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: classify.S
         first_progress_s=outcome.first_progress_s,
         sampling_s=outcome.sampling_s,
     )
+    complete = [f for f in outcome.frames if f.complete]
     report.progress = {
-        "frames": len(outcome.frames),
+        "frames": len(complete),
+        "partial_frames": len(outcome.frames) - len(complete),
         "progress_events": outcome.progress_events,
         "output_lines": outcome.output_lines,
         "last_metrics": dashboard.latest(outcome.frames),
@@ -188,10 +193,19 @@ def verify_prepare_build(
     checkout: Path | None,
     allow_drift: bool,
     report: Report | None = None,
+    commit: str | None = None,
 ) -> Built:
     """pin → verify → prepare the variant's tree → build (cached). Shared by run, build,
-    compare and bisect."""
-    verification, root = verify_source(pin, checkout)
+    compare and bisect. With `commit` (bisect), the tree is that commit's, identified by
+    its hash: the pin's file hashes describe one commit only and are not checked."""
+    if commit is not None:
+        from harness import upstream
+
+        root = upstream.locate_checkout(pin, checkout)
+        verification = Verification("unchecked", f"git {root} at {commit}", commit_actual=commit)
+        verification.notes.append("bisect step: the source is identified by its commit hash")
+    else:
+        verification, root = verify_source(pin, checkout)
     if report is not None:
         report.pin["verification"] = {**asdict(verification), "summary": verification.describe()}
     if verification.status == "drift" and not allow_drift:
@@ -202,7 +216,7 @@ def verify_prepare_build(
         )
     if report is not None:
         report.save("prepare")
-    prepared, applied = prepare_tree(pin, root, variant, checkout)
+    prepared, applied = prepare_tree(pin, root, variant, commit)
     if report is not None:
         report.variant.update(steps=applied.steps, changes=applied.changes)
         report.save("build")
@@ -229,7 +243,8 @@ def _run_env_stages(
 ) -> tuple[Report, int]:
     sigs = classify.load_signatures().with_own(pin.signatures)
     built = verify_prepare_build(
-        pin, settings.upstream_env, opts.variant, opts.checkout, opts.allow_drift, report
+        pin, settings.upstream_env, opts.variant, opts.checkout, opts.allow_drift, report,
+        commit=opts.commit,
     ).result
     report.build = built.to_json()
     report.timings["build_s"] = built.duration_s
@@ -268,7 +283,7 @@ def _run_env_stages(
         report.checks, config_source = checksmod.run_checks(
             scenario.checks,
             pin.name,
-            outcome.frames,
+            [f for f in outcome.frames if f.complete],
             built.tree,
             settings.upstream_env,
             argv,

@@ -87,6 +87,9 @@ def load_scenario(name_or_path: str) -> Scenario:
             f"(expected {SCENARIO_SCHEMA_VERSION})",
             USAGE,
         )
+    from harness.checks import validate
+
+    validate(data.get("checks", []), path.name)
     try:
         return Scenario(
             name=path.stem,
