@@ -111,7 +111,10 @@ def _check_range(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
             observed: object = _fmt(values[-1]) if over == "last" else f"[{_fmt(lo)}, {_fmt(hi)}]"
             label = name if k == key else f"{k} in {_bound(spec)}"
             if bad:
-                msg = f"{k} = {_fmt(bad[0])} outside {_bound(spec)} ({len(bad)} of {len(values)} values)"
+                msg = (
+                    f"{k} = {_fmt(bad[0])} outside {_bound(spec)} "
+                    f"({len(bad)} of {len(values)} values)"
+                )
                 out.append(CheckResult(label, "fail", observed, _bound(spec), msg))
             else:
                 out.append(CheckResult(label, "pass", observed, _bound(spec)))
@@ -139,14 +142,24 @@ def _check_finite(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
 def _check_config(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
     section, key = spec["section"], spec["key"]
     name = spec.get("name") or f"config [{section}] {key} in {_bound(spec)}"
+    if not obs.config:
+        return [CheckResult(name, "skip", None, _bound(spec), "no config available")]
     raw = obs.config.get(section, {}).get(key)
     if raw is None:
         status = "skip" if spec.get("optional") else "fail"
-        return [CheckResult(name, status, None, _bound(spec), f"[{section}] {key} not in the resolved config")]
+        return [
+            CheckResult(
+                name, status, None, _bound(spec), f"[{section}] {key} not in the resolved config"
+            )
+        ]
     try:
         value = float(raw)
     except ValueError:
-        return [CheckResult(name, "fail", raw, _bound(spec), f"[{section}] {key} = {raw!r} is not a number")]
+        return [
+            CheckResult(
+                name, "fail", raw, _bound(spec), f"[{section}] {key} = {raw!r} is not a number"
+            )
+        ]
     ok = _within(value, spec)
     msg = "" if ok else f"[{section}] {key} = {_fmt(value)} outside {_bound(spec)}"
     return [CheckResult(name, "pass" if ok else "fail", _fmt(value), _bound(spec), msg)]
@@ -159,14 +172,38 @@ def _check_steps(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
     if obs.requested_steps is None:
         return [CheckResult(name, "skip", None, "", "no step count was requested")]
     need = obs.requested_steps * fraction
-    bound = f">= {_fmt(need)}"
+    per_epoch = _epoch_size(spec.get("per_epoch", ()), obs.config)
+    if per_epoch:  # trainers run whole epochs: requested // epoch_size of them
+        need = (obs.requested_steps // per_epoch) * per_epoch * fraction
+    bound = f">= {_fmt(need)}" + (
+        f" ({_fmt(need / per_epoch)} epochs of {per_epoch})" if per_epoch else ""
+    )
     values = obs.series.get(key)
     if not values:
         return [CheckResult(name, "fail", None, bound, f"{key} never reported")]
     got = max(values)
     ok = got >= need
-    return [CheckResult(name, "pass" if ok else "fail", _fmt(got), bound,
-                        "" if ok else f"{key} reached {_fmt(got)} of {_fmt(need)} requested")]
+    return [
+        CheckResult(
+            name,
+            "pass" if ok else "fail",
+            _fmt(got),
+            bound,
+            "" if ok else f"{key} reached {_fmt(got)} of {_fmt(need)} requested",
+        )
+    ]
+
+
+def _epoch_size(factors: Sequence[str], config: Mapping[str, Mapping[str, str]]) -> int:
+    """Steps per epoch as the product of config values named "section.key" (0: unknown)."""
+    size = 1
+    for name in factors:
+        section, _, key = name.partition(".")
+        try:
+            size *= int(float(config.get(section, {}).get(key, "")))
+        except ValueError:
+            return 0
+    return size if factors else 0
 
 
 CHECKERS = {
@@ -180,17 +217,26 @@ CHECKERS = {
 
 def validate(specs: Iterable[Mapping[str, Any]], where: str) -> None:
     """Reject unknown check kinds and missing fields before anything runs."""
-    needs = {"required": ("keys",), "range": (), "finite": ("keys",), "config": ("section", "key"),
-             "steps_reached": ()}
+    needs = {
+        "required": ("keys",),
+        "range": (),
+        "finite": ("keys",),
+        "config": ("section", "key"),
+        "steps_reached": (),
+    }
     for spec in specs:
         kind = spec.get("kind")
         if kind not in CHECKERS:
-            raise HarnessError(f"{where}: unknown check kind {kind!r} (known: {', '.join(KINDS)})", USAGE)
+            raise HarnessError(
+                f"{where}: unknown check kind {kind!r} (known: {', '.join(KINDS)})", USAGE
+            )
         missing = [f for f in needs[kind] if f not in spec]
         if kind == "range" and "key" not in spec and "keys" not in spec:
             missing.append("key")
         if missing:
-            raise HarnessError(f"{where}: check {spec.get('name', kind)!r} needs {', '.join(missing)}", USAGE)
+            raise HarnessError(
+                f"{where}: check {spec.get('name', kind)!r} needs {', '.join(missing)}", USAGE
+            )
 
 
 def evaluate(specs: Iterable[Mapping[str, Any]], obs: Observed, pin: str) -> list[CheckResult]:
@@ -255,7 +301,9 @@ def run_checks(
     requested_steps: int | None,
 ) -> tuple[list[CheckResult], str]:
     final = dashboard.read_run_logs(tree, env) if (tree / "logs" / env).is_dir() else {}
-    logs = [p for p in (tree / "logs" / env).glob("*.ini")] if (tree / "logs" / env).is_dir() else []
+    logs = (
+        [p for p in (tree / "logs" / env).glob("*.ini")] if (tree / "logs" / env).is_dir() else []
+    )
     if not any(p.stat().st_mtime >= since for p in logs):
         final = {}  # an older run's record is not this run's
     config, source = resolved_config(tree, env, argv, config_files, since)
@@ -273,7 +321,15 @@ def apply_to_verdict(verdict: Any, results: Sequence[CheckResult]) -> None:
 
     verdict.kind = "check-failed"
     verdict.exit_code = CHECK_FAILED
-    verdict.summary = f"check failed: {failed[0].message or failed[0].name}" + (
+    first = failed[0]
+    why = (
+        f" ({first.message})"
+        if first.message
+        else f": observed {first.observed}, bound {first.bound}"
+    )
+    verdict.summary = f"check failed: {first.name}{why}" + (
         f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
     )
-    verdict.evidence = [f"check {r.name}: observed {r.observed}, bound {r.bound}: {r.message}" for r in failed] + verdict.evidence
+    verdict.evidence = [
+        f"check {r.name}: observed {r.observed}, bound {r.bound}: {r.message}" for r in failed
+    ] + verdict.evidence

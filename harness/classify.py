@@ -48,7 +48,9 @@ KIND_EXIT_CODES = {
 
 @dataclass
 class Verdict:
-    kind: str  # pass | hang | crash | error-exit | timeout-progressing | check-failed | build-failed | interrupted
+    # pass | hang | crash | error-exit | timeout-progressing | check-failed | build-failed
+    # | interrupted
+    kind: str
     summary: str
     mechanism: str | None = None  # deadlock | spin | exit-blocked | stopped (hangs only)
     location: str | None = None  # e.g. "env_start"

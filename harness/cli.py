@@ -136,6 +136,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_options(compare, variant=False)
     _add_watch_options(compare)
 
+    check = sub.add_parser("check", help="re-run a scenario's checks on a saved report or log")
+    check.add_argument(
+        "target", type=Path, help="a report folder, its report.json, or an output log"
+    )
+    check.add_argument("--scenario", help="scenario (default: the report's env)")
+    check.add_argument("--pin", help="pin whose parser and checks apply (default: the report's)")
+    check.add_argument("--parser", help="output parser (default: the pin's)")
+    check.add_argument("--steps", type=int, help="requested steps (default: the report's)")
+    check.add_argument("--json", action="store_true")
+
     pin = sub.add_parser("pin", help="show, verify, update or fetch an upstream pin")
     pin.add_argument("action", choices=["show", "verify", "update", "fetch"])
     pin.add_argument(
@@ -208,6 +218,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     return BUILD_FAILED
 
 
+def _dash(x: float | None) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from harness.report import atomic_write, new_run_id
 
@@ -230,8 +244,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         "|---|---|---|---|---|---|",
     ]
     table += [
-        f"| {r.variant} | {r.kind} | {r.location or '-'} | {r.epochs if r.epochs is not None else '-'} "
-        f"| {r.sps if r.sps is not None else '-'} | {', '.join(r.checks_failed) or '-'} |"
+        f"| {r.variant} | {r.kind} | {r.location or '-'} | {_dash(r.epochs)} "
+        f"| {_dash(r.sps)} | {', '.join(r.checks_failed) or '-'} |"
         for r in rows
     ]
     atomic_write(
@@ -246,6 +260,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if any(r.exit_code >= 128 for r in rows):
         return rows[-1].exit_code
     return 0 if confirmed else 1
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Exit 0 when every check passes, 1 when one fails."""
+    opts = pipeline.CheckOptions(args.target, args.scenario, args.pin, args.parser, args.steps)
+    results, source = pipeline.check_saved(opts)
+    failed = [r for r in results if r.status == "fail"]
+    if args.json:
+        print(json.dumps({"source": source, "checks": [vars(r) for r in results]}, indent=2))
+    else:
+        print(f"harness check: {source}")
+        for r in results:
+            mark = {"pass": "ok  ", "fail": "FAIL", "skip": "skip"}[r.status]
+            tail = f"  ({r.message})" if r.message else ""
+            print(f"  {mark} {r.name}: observed {r.observed}, bound {r.bound}{tail}")
+        print(f"{len(results) - len(failed)}/{len(results)} checks passed")
+    return 1 if failed else 0
 
 
 def cmd_pin(args: argparse.Namespace) -> int:
@@ -333,6 +364,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "build": cmd_build,
     "compare": cmd_compare,
     "pin": cmd_pin,
+    "check": cmd_check,
 }
 
 

@@ -239,6 +239,13 @@ def _key(label: str) -> str:
     return "_".join(label.split())
 
 
+def _env_key(label: str) -> str:
+    """An env-section row: the trainer strips the `env/` prefix, so put it back; a label that
+    already has a section (the replica's `reward/raw_max`) is a full key as printed."""
+    key = _key(label)
+    return key if "/" in key else f"env/{key}"
+
+
 def _resolve(label: str, names: Iterable[str]) -> str:
     """Undo rich's "…" cut when exactly one known name fits; else keep the label as shown."""
     if not label.endswith("…"):
@@ -444,7 +451,7 @@ class _Box5:
             self._panel(content)
         else:
             for label, value in _user5_cells(content):
-                self.sink.put(f"env/{_key(label)}", value)
+                self.sink.put(_env_key(label), value)
 
     @staticmethod
     def _panel_like(content: str) -> bool:

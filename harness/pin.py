@@ -276,7 +276,8 @@ def describe_pin(pin: Pin) -> str:
     lines += [f"    {rel}  {digest}" for rel, digest in sorted(pin.files.items())]
     if s.kind == "git" and not s.commit_verified:
         lines.append(
-            f"  UNVERIFIED: commit {s.commit}; run `harness pin update --pin {pin.name} --checkout PATH`"
+            f"  UNVERIFIED: commit {s.commit}; "
+            f"run `harness pin update --pin {pin.name} --checkout PATH`"
         )
     return "\n".join(lines)
 

@@ -37,7 +37,9 @@ class RunOptions:
     report_dir: Path = Path("reports")
     checkout: Path | None = None
     allow_drift: bool = False
-    commit: str | None = None  # git pins: build this commit's tree (bisect) instead of the checkout's
+    commit: str | None = (
+        None  # git pins: build this commit's tree (bisect) instead of the checkout's
+    )
     sampling: runner.SampleOptions = field(default_factory=runner.SampleOptions)
     tee: bool = False
     harness_argv: list[str] = field(default_factory=list)
@@ -243,7 +245,12 @@ def _run_env_stages(
 ) -> tuple[Report, int]:
     sigs = classify.load_signatures().with_own(pin.signatures)
     built = verify_prepare_build(
-        pin, settings.upstream_env, opts.variant, opts.checkout, opts.allow_drift, report,
+        pin,
+        settings.upstream_env,
+        opts.variant,
+        opts.checkout,
+        opts.allow_drift,
+        report,
         commit=opts.commit,
     ).result
     report.build = built.to_json()
@@ -392,3 +399,60 @@ def compare_variants(
         bad = [f"{r.variant} → {r.kind}" for r in rest if r.kind != "pass"]
         why = "not confirmed: " + ", ".join(bad or ["no fix variant given"])
     return rows, confirmed, why
+
+
+@dataclass
+class CheckOptions:
+    target: Path  # a report folder, its report.json, or a raw output log
+    scenario: str | None = None
+    pin: str | None = None
+    parser: str | None = None
+    steps: int | None = None
+
+
+def check_saved(opts: CheckOptions) -> tuple[list[checksmod.CheckResult], str]:
+    """Re-run a scenario's checks on a saved report or output log, without the trainer."""
+    import json
+
+    target = opts.target
+    report_json = target / "report.json" if target.is_dir() else target
+    saved: dict[str, object] = {}
+    if report_json.name == "report.json" and report_json.is_file():
+        try:
+            saved = json.loads(report_json.read_text())
+        except json.JSONDecodeError as exc:
+            raise HarnessError(f"{report_json}: not a harness report: {exc}", USAGE) from exc
+        log = report_json.with_name("output.log")
+    elif target.is_file():
+        log = target
+    else:
+        raise HarnessError(f"{target}: no such report folder or output log", USAGE)
+    pin_info = saved.get("pin") if isinstance(saved.get("pin"), dict) else {}
+    assert isinstance(pin_info, dict)
+    pin = load_pin(opts.pin or str(pin_info.get("name") or "replica"))
+    scenario_name = opts.scenario or (str(saved["env"]) if saved.get("env") else None)
+    if scenario_name is None:
+        raise HarnessError("a raw output log needs --scenario NAME", USAGE)
+    scenario = load_scenario(scenario_name)
+    command = saved.get("command") if isinstance(saved.get("command"), dict) else {}
+    assert isinstance(command, dict)
+    steps = opts.steps if opts.steps is not None else command.get("steps")
+    text = log.read_bytes().decode("utf-8", "replace") if log.is_file() else ""
+    frames = [f for f in dashboard.parse_text(opts.parser or pin.parser, text) if f.complete]
+    argv = [str(a) for a in command.get("argv", [])]
+    build = saved.get("build") if isinstance(saved.get("build"), dict) else {}
+    assert isinstance(build, dict)
+    tree = Path(str(build.get("tree", "")))
+    if build.get("tree") and tree.is_dir():  # the build still exists: its config files
+        env = str(command.get("env_name") or scenario.settings(pin.name).upstream_env)
+        config, _ = checksmod.resolved_config(tree, env, argv, pin.config_files, float("inf"))
+    else:
+        config = _config_from_argv(argv)
+    obs = checksmod.observe(frames, None, config, int(steps) if steps else None)
+    results = checksmod.evaluate(scenario.checks, obs, pin.name)
+    return results, f"{len(frames)} frames from {log}"
+
+
+def _config_from_argv(argv: Sequence[str]) -> dict[str, dict[str, str]]:
+    config, _ = checksmod.resolved_config(Path("/nonexistent"), "", argv, (), float("inf"))
+    return config

@@ -239,7 +239,14 @@ def render_junit(r: Report) -> str:
         elif c.status == "skip":
             cc.add_skipped_info(message=c.message)
         cases.append(cc)
-    return to_xml_report_string([TestSuite(f"harness-{r.run_id}", cases)])
+    return str(to_xml_report_string([TestSuite(f"harness-{r.run_id}", cases)]))
+
+
+def _short(x: float) -> str:
+    for limit, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= limit:
+            return f"{x / limit:.2f}{suffix}"
+    return f"{x:g}"
 
 
 def print_summary(r: Report, stream: TextIO | None = None) -> None:
@@ -264,12 +271,22 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
     if r.variant:
         table.add_row("variant", str(r.variant.get("spec")))
     table.add_row("trigger", f"{r.trigger} after {r.timings.get('run_s') or 0:.1f}s")
+    last = r.progress.get("last_metrics") or {}
+    if last:
+        trained = [f"{k} {_short(last[k])}" for k in ("epoch", "agent_steps", "SPS") if k in last]
+        table.add_row("trained", ", ".join(trained) or "-")
     failed = [c for c in r.checks if c.status == "fail"]
     if r.checks:
-        table.add_row("checks", f"{len(r.checks) - len(failed)}/{len(r.checks)} passed")
-    for c in failed[:5]:
-        table.add_row("", f"[yellow]✗ {c.name}[/]: {c.message}")
-    if v is not None:
+        context = (
+            "" if kind in ("pass", "check-failed") else " (context only: the run did not finish)"
+        )
+        table.add_row("checks", f"{len(r.checks) - len(failed)}/{len(r.checks)} passed{context}")
+    if kind == "check-failed":
+        for c in failed[:6]:
+            table.add_row("", f"[yellow]✗ {c.name}[/]: observed {c.observed}, bound {c.bound}")
+        if len(failed) > 6:
+            table.add_row("", f"... {len(failed) - 6} more in report.md")
+    elif v is not None:
         for line in v.evidence[:6]:
             table.add_row("", line if len(line) < 200 else line[:197] + "...")
     table.add_row("report", str(r.directory))

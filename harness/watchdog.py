@@ -8,10 +8,10 @@ a limit has been crossed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Trigger(str, Enum):
+class Trigger(StrEnum):
     STARTUP = "startup"  # no first progress within the startup window
     STALL = "stall"  # progress stopped for longer than the stall window
     WALL = "wall"  # total wall-clock limit reached

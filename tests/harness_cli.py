@@ -51,8 +51,13 @@ def harness(
         argv[4:4] = ["--report-dir", str(report_root)]
     start = time.monotonic()
     proc = subprocess.Popen(
-        argv, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL, start_new_session=True,
+        argv,
+        cwd=ROOT,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         if interrupt_after is not None:
@@ -64,8 +69,11 @@ def harness(
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     return HarnessResult(
-        proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"),
-        time.monotonic() - start, only_report_dir(report_root),
+        proc.returncode,
+        out.decode(errors="replace"),
+        err.decode(errors="replace"),
+        time.monotonic() - start,
+        only_report_dir(report_root),
     )
 
 

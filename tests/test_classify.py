@@ -1,11 +1,12 @@
 """The classifier on hand-made samples: each mechanism, location choice, and exit kinds.
 (The same paths on real processes are covered by test_watch.py and test_run_replica.py.)"""
 
+import re
+
 from harness import classify
 from harness.classify import Pattern
 from harness.sampler import Frame, SampleSet, ThreadActivity, ThreadStack
 from harness.watchdog import Trigger
-import re
 
 SIGS = classify.load_signatures().with_own(
     [Pattern("env_start", (re.compile(r"env_start(\._omp_fn\.\d+)?"),))]

@@ -91,8 +91,9 @@ def test_interrupting_the_harness_kills_the_tree(
     tmp_path: Path, c_program: Callable[[str], Path], sig: int
 ) -> None:
     opts = ["--startup", "30", "--stall", "30", "--timeout", "60"]
-    res = watch(tmp_path, str(c_program("busy_spin")), opts=opts, interrupt_after=2.0,
-                interrupt_signal=sig)
+    res = watch(
+        tmp_path, str(c_program("busy_spin")), opts=opts, interrupt_after=2.0, interrupt_signal=sig
+    )
     assert res.code == 128 + sig, res.stderr
     report = res.report
     assert report["status"] == "interrupted"
@@ -100,7 +101,9 @@ def test_interrupting_the_harness_kills_the_tree(
     assert tree_is_gone(report["exit"]["pid"])
 
 
-def test_without_gdb_native_stacks_degrade(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
+def test_without_gdb_native_stacks_degrade(
+    tmp_path: Path, c_program: Callable[[str], Path]
+) -> None:
     bare = tmp_path / "bin"
     bare.mkdir()
     for tool in ("eu-stack", "py-spy"):
@@ -119,6 +122,8 @@ def test_without_gdb_native_stacks_degrade(tmp_path: Path, c_program: Callable[[
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
     res = watch(tmp_path, "/no/such/program")
     assert res.code == 5
-    assert res.stderr.strip().splitlines() == ["harness: error: command not found: /no/such/program"]
+    assert res.stderr.strip().splitlines() == [
+        "harness: error: command not found: /no/such/program"
+    ]
     res = harness("watch", "--parser", "nope", "--", "true", report_root=tmp_path / "r2")
     assert res.code == 5 and "Traceback" not in res.stderr
