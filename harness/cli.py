@@ -146,6 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--steps", type=int, help="requested steps (default: the report's)")
     check.add_argument("--json", action="store_true")
 
+    probe = sub.add_parser("probe", help="step an env header with random actions: reward bounds")
+    probe.add_argument("env")
+    probe.add_argument("--steps", type=int, default=20000, help="steps per env (default 20000)")
+    probe.add_argument("--envs", type=int, default=64, help="number of envs (default 64)")
+    probe.add_argument("--seed", type=int, default=1)
+    probe.add_argument("--json", action="store_true")
+    _add_source_options(probe)
+
     pin = sub.add_parser("pin", help="show, verify, update or fetch an upstream pin")
     pin.add_argument("action", choices=["show", "verify", "update", "fetch"])
     pin.add_argument(
@@ -279,6 +287,36 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Exit 0 when the probe's rewards are within the scenario's bounds, 1 when not."""
+    res = pipeline.probe_env(
+        args.env, args.pin, args.variant, args.checkout, args.steps, args.envs, args.seed
+    )
+    if args.json:
+        print(json.dumps({"probe": res.data, "checks": [vars(c) for c in res.checks]}, indent=2))
+    else:
+        d = res.data
+        print(
+            f"harness probe {res.env}: {d['num_envs']} envs x {d['steps']} steps "
+            f"= {d['samples']} env steps, "
+            f"{d['episodes']:g} episodes, terminal rate {d['terminal_rate']:.4f}"
+        )
+        print(
+            f"  raw reward     [{d['raw_min']:g}, {d['raw_max']:g}] "
+            f"(declared [{d['declared_min']:g}, {d['declared_max']:g}], "
+            f"{d['above_one']} steps with |r| > 1)"
+        )
+        print(f"  clamped reward [{d['clamped_min']:g}, {d['clamped_max']:g}]")
+        print("  log means      " + ", ".join(f"{k} {v:.4g}" for k, v in d["log"].items()))
+        for c in res.checks:
+            mark = {"pass": "ok  ", "fail": "FAIL", "skip": "skip"}[c.status]
+            print(
+                f"  {mark} {c.name}: {c.observed} in {c.bound}"
+                + (f" ({c.message})" if c.message else "")
+            )
+    return 0 if res.ok else 1
+
+
 def cmd_pin(args: argparse.Namespace) -> int:
     """pin show | verify | update | fetch. verify exits 0 verified, 1 drift, 2 unverified."""
     from harness import pin as pinmod
@@ -365,6 +403,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "compare": cmd_compare,
     "pin": cmd_pin,
     "check": cmd_check,
+    "probe": cmd_probe,
 }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from harness import build as buildmod
 from harness import checks as checksmod
 from harness import classify, dashboard, runner, variants
+from harness import probe as probemod
 from harness.errors import BUILD_FAILED, USAGE, HarnessError
 from harness.pin import Pin, Verification, check_env, load_pin, verify_path_source
 from harness.report import Report, new_run_id
@@ -456,3 +457,30 @@ def check_saved(opts: CheckOptions) -> tuple[list[checksmod.CheckResult], str]:
 def _config_from_argv(argv: Sequence[str]) -> dict[str, dict[str, str]]:
     config, _ = checksmod.resolved_config(Path("/nonexistent"), "", argv, (), float("inf"))
     return config
+
+
+def probe_env(
+    env: str,
+    pin_name: str | None,
+    variant: str,
+    checkout: Path | None,
+    steps: int,
+    num_envs: int,
+    seed: int,
+) -> probemod.ProbeResult:
+    """Compile the reward probe against the (variant's) env header and check its output."""
+    scenario = load_scenario(env)
+    pin = load_pin(pin_name or default_pin(checkout))
+    settings = scenario.settings(pin.name)
+    probemod.probe_spec(pin)  # a pin without a probe driver fails before any checkout work
+    _verification, root = verify_source(pin, checkout)
+    tree, _applied = prepare_tree(pin, root, variant)
+    try:
+        out = tree / ".probe"
+        out.mkdir()
+        binary = probemod.compile_driver(pin, tree, settings.upstream_env, out)
+        data = probemod.run_driver(binary, num_envs, steps, seed)
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+    bounds = scenario.raw.get("probe", {})
+    return probemod.ProbeResult(env, data, probemod.evaluate(data, bounds))
