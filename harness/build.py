@@ -217,6 +217,8 @@ def build(prepared: Path, pin: Pin, env: str, extra_env: Mapping[str, str]) -> B
         first = ""
         if res.timed_out:
             first = f"build timed out after {pin.build_timeout_s:g}s"
+        elif res.error:
+            first = f"cannot start the build: {res.error}"
         elif res.returncode != 0:
             first = _first_error(log) or f"build command exited {res.returncode}"
         elif missing_out:

@@ -108,14 +108,16 @@ def kill_tree(
 @dataclass
 class ToolResult:
     argv: list[str]
-    returncode: int | None  # None when it timed out
-    stdout: str
-    stderr: str
-    duration_s: float
+    returncode: int | None  # None when it timed out or could not start
+    stdout: str = ""
+    stderr: str = ""
+    duration_s: float = 0.0
+    timed_out: bool = False
+    error: str = ""  # why it could not start
 
     @property
-    def timed_out(self) -> bool:
-        return self.returncode is None
+    def output(self) -> str:
+        return self.stdout + self.stderr
 
 
 def run_tool(
@@ -144,14 +146,17 @@ def run_tool(
     except OSError as exc:
         if out_file:
             out_file.close()
-        return ToolResult(list(argv), 127, "", str(exc), time.monotonic() - start)
+        return ToolResult(list(argv), None, error=str(exc), duration_s=time.monotonic() - start)
+    timed_out = False
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(timeout=max(timeout, 0.1))
         code: int | None = proc.returncode
     except subprocess.TimeoutExpired:
         kill_tree(proc, proc.pid)
-        out, err = proc.communicate()
-        code = None
+        timed_out, code, out, err = True, None, b"", b""
+        # a grandchild stuck in D state may hold the pipes open: do not wait on it forever
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            out, err = proc.communicate(timeout=5)
     except BaseException:
         kill_tree(proc, proc.pid)
         raise
@@ -164,4 +169,5 @@ def run_tool(
         (out or b"").decode("utf-8", "replace"),
         (err or b"").decode("utf-8", "replace"),
         time.monotonic() - start,
+        timed_out,
     )

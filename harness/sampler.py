@@ -14,14 +14,12 @@ Everything here is bounded and must leave the target as it found it:
 from __future__ import annotations
 
 import bisect
-import contextlib
 import dataclasses
 import json
 import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -31,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from harness import proctree
 
 # Stack collection is per process and each attach costs ~0.2-2 s; a trainer with a big
 # worker pool would otherwise take minutes. The first processes in tree order (root
@@ -464,49 +464,12 @@ def _py_frame(f: dict[str, Any], ctx: FrameContext) -> Frame:
 # ----------------------------------------------------------------------------- running tools
 
 
-@dataclass
-class ToolRun:
-    rc: int | None  # None when it timed out or could not start
-    stdout: str = ""
-    stderr: str = ""
-    timed_out: bool = False
-    error: str = ""
-
-    @property
-    def output(self) -> str:
-        return self.stdout + self.stderr
+ToolRun = proctree.ToolResult
 
 
 def run_tool(argv: Sequence[str], timeout: float) -> ToolRun:
-    """Run a tool in its own session; on timeout kill its whole process group."""
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # so killpg reaches anything it spawned
-        )
-    except OSError as e:
-        return ToolRun(None, error=str(e))
-    try:
-        out, err = proc.communicate(timeout=max(timeout, 0.1))
-        return ToolRun(proc.returncode, _decode(out), _decode(err))
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        return ToolRun(None, timed_out=True)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    # a grandchild stuck in D state may hold the pipes open: do not wait on it forever
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.communicate(timeout=5)
-
-
-def _decode(b: bytes | None) -> str:
-    return (b or b"").decode("utf-8", errors="replace")
+    """Run a tool in its own session; on timeout its whole process group is killed."""
+    return proctree.run_tool(argv, timeout)
 
 
 def _denied(output: str) -> bool:
@@ -636,7 +599,7 @@ def _take(
             f"{tool} timed out after {budget:.1f}s on pid {proc.pid}: process group killed"
         )
         return "timeout"
-    if run.rc is None:
+    if run.returncode is None:
         return _failed(tool, proc.pid, run.error, out)
     stacks, why = _parse(tool, run, proc.pid, ctx)
     if stacks:

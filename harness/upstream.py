@@ -30,7 +30,7 @@ def _git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> str:
     if res.timed_out:
         raise HarnessError(f"git {args[0]} timed out after {timeout:g}s in {root}", USAGE)
     if res.returncode != 0:
-        first = (res.stderr or res.stdout).strip().splitlines()
+        first = (res.error or res.stderr or res.stdout).strip().splitlines()
         raise HarnessError(
             f"git {' '.join(args[:2])} failed in {root}: {first[0] if first else res.returncode}",
             USAGE,
