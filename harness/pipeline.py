@@ -89,7 +89,7 @@ def prepare_tree(
     scratch = buildmod.new_scratch_tree()
     try:
         if pin.source.kind == "path":
-            buildmod.copy_source(root, scratch)
+            buildmod.copy_source(root, scratch, skip=frozenset(pin.build_outputs))
             apply_ref = None
         else:
             from harness import upstream
@@ -287,7 +287,10 @@ def _run_env_stages(
     verdict = report.verdict
     assert verdict is not None
     interrupted = _interrupted_code(outcome)
-    if interrupted is None:
+    if verdict.kind != "pass":
+        # a hang, crash or error exit is the finding; its checks would only repeat it
+        report.notes.append(f"checks not evaluated: the run ended in {verdict.kind}")
+    elif interrupted is None:
         report.checks, config_source = checksmod.run_checks(
             scenario.checks,
             pin.name,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import git
 
-from harness import proctree
+from harness import proctree, variants
 from harness.build import cache_root
 from harness.errors import USAGE, HarnessError
 from harness.pin import UNVERIFIED, Pin, Verification, check_files, summarize
@@ -193,7 +193,10 @@ def ref_applier(pin: Pin, root: Path, base: str | None = None) -> Callable[[Path
         patch.write_text(diff)
         try:
             res = proctree.run_tool(
-                ["git", "apply", "--whitespace=nowarn", str(patch)], timeout=60, cwd=tree
+                ["git", "apply", "--whitespace=nowarn", str(patch)],
+                timeout=60,
+                cwd=tree,
+                env=variants.outside_any_repo(tree),
             )
             if res.returncode != 0:
                 raise HarnessError(

@@ -9,6 +9,7 @@ CI can apply it to history too, and it fails loudly when a function or pragma is
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Callable
@@ -211,19 +212,26 @@ def apply_transform(tree: Path, transform: Transform) -> list[str]:
 def apply_patch(tree: Path, patch: Path) -> list[str]:
     if not patch.is_file():
         raise HarnessError(f"patch file not found: {patch}", USAGE)
-    argv = ["git", "apply", "--whitespace=nowarn", "--directory=.", str(patch)]
-    check = proctree.run_tool([*argv[:2], "--check", *argv[2:]], timeout=60, cwd=tree)
+    argv = ["git", "apply", "--whitespace=nowarn", str(patch)]
+    env = outside_any_repo(tree)
+    check = proctree.run_tool([*argv[:2], "--check", *argv[2:]], timeout=60, cwd=tree, env=env)
     if check.returncode != 0:
         first = (check.stderr or check.stdout).strip().splitlines()[:1]
         raise HarnessError(
             f"patch {patch.name} does not apply: {first[0] if first else 'git apply failed'}",
             USAGE,
         )
-    done = proctree.run_tool(argv, timeout=60, cwd=tree)
+    done = proctree.run_tool(argv, timeout=60, cwd=tree, env=env)
     if done.returncode != 0:
         raise HarnessError(f"patch {patch.name} failed: {done.stderr.strip()}", USAGE)
-    stat = proctree.run_tool(["git", "apply", "--stat", str(patch)], timeout=60, cwd=tree)
+    stat = proctree.run_tool(["git", "apply", "--stat", str(patch)], timeout=60, cwd=tree, env=env)
     return [f"patch {patch.name}: {line.strip()}" for line in stat.stdout.splitlines() if line]
+
+
+def outside_any_repo(tree: Path) -> dict[str, str]:
+    """An environment in which git run in `tree` cannot find a repository above it: `git
+    apply` inside a repository applies paths relative to that repository's top instead."""
+    return {**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.resolve().parent)}
 
 
 def resolve_patch_path(arg: str, pin: Pin) -> Path:
