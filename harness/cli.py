@@ -154,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--json", action="store_true")
     _add_source_options(probe)
 
+    doctor = sub.add_parser(
+        "doctor", help="probe this platform: tools, OpenMP (after fork), ptrace, NVML, CUDA"
+    )
+    doctor.add_argument("--json", action="store_true")
+    doctor.add_argument("--timeout", type=_positive, default=10.0, help="seconds per probe")
+
     pin = sub.add_parser("pin", help="show, verify, update or fetch an upstream pin")
     pin.add_argument("action", choices=["show", "verify", "update", "fetch"])
     pin.add_argument(
@@ -396,6 +402,12 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return _finish(pipeline.watch_command(opts), args.json)
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from harness import doctor
+
+    return doctor.main(args)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
     "watch": cmd_watch,
@@ -404,6 +416,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "pin": cmd_pin,
     "check": cmd_check,
     "probe": cmd_probe,
+    "doctor": cmd_doctor,
 }
 
 

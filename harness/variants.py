@@ -235,11 +235,12 @@ def outside_any_repo(tree: Path) -> dict[str, str]:
 
 
 def resolve_patch_path(arg: str, pin: Pin) -> Path:
-    """A patch path as given, else relative to the pin's folder (upstream_pin/)."""
-    given = Path(arg).expanduser()
-    if given.is_file():
-        return given.resolve()
-    return (pin.file.parent / arg).resolve()
+    """A patch path as given, else relative to the pin's folder, else to upstream_pin/
+    (where the shipped fixes live)."""
+    for candidate in (Path(arg).expanduser(), pin.file.parent / arg, pin_dir() / arg):
+        if candidate.is_file():
+            return candidate.resolve()
+    return Path(arg).expanduser().resolve()  # apply_patch reports it as not found
 
 
 RefApplier = Callable[[Path, str], list[str]]

@@ -47,7 +47,7 @@ def harness(
 ) -> HarnessResult:
     full_env = {**os.environ, **(env or {})}
     argv = [sys.executable, "-m", "harness", *args]
-    if args and args[0] in ("run", "watch") and "--report-dir" not in args:
+    if args and args[0] in ("run", "watch", "compare", "bisect") and "--report-dir" not in args:
         argv[4:4] = ["--report-dir", str(report_root)]
     start = time.monotonic()
     proc = subprocess.Popen(

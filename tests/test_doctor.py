@@ -1,0 +1,215 @@
+"""The doctor's probes, run for real on this machine (gcc 12 / libgomp, root, no GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import doctor
+
+pytestmark = pytest.mark.timeout(60)
+
+NAMES = {
+    "tool:gcc",
+    "tool:gdb",
+    "tool:eu-stack",
+    "tool:py-spy",
+    "tool:git",
+    "tool:ccache",
+    "tool:nvcc",
+    "openmp",
+    "openmp-after-fork",
+    "ptrace",
+    "py-spy",
+    "nvml",
+    "cuda",
+    "cpu/container",
+}
+
+
+Real = tuple[dict[str, doctor.Probe], float, list[psutil.Process]]
+
+
+def _children() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+
+
+@pytest.fixture(scope="module")
+def real() -> Real:
+    """One full run shared by the tests: probes by name, wall time, processes left."""
+    start = time.monotonic()
+    probes = doctor.run_doctor(timeout_s=10.0)
+    wall = time.monotonic() - start
+    return {p.name: p for p in probes}, wall, _children()
+
+
+def test_every_probe_reports_a_known_status(
+    real: Real,
+) -> None:
+    probes, wall, _ = real
+    assert set(probes) == NAMES
+    assert all(p.status in doctor.STATUSES for p in probes.values())
+    assert wall < 30
+
+
+def test_openmp_runs_a_team(
+    real: Real,
+) -> None:
+    probe = real[0]["openmp"]
+    assert probe.status == "ok", probe
+    assert "team of 2" in probe.detail
+    assert "libgomp" in probe.detail
+
+
+def test_openmp_after_fork_reports_the_libgomp_hazard(
+    real: Real,
+) -> None:
+    probes, _, left = real
+    probe = probes["openmp-after-fork"]
+    # gcc 12's libgomp deadlocks in the forked child here: a platform fact, not a failure
+    assert probe.status == "warn", probe
+    assert doctor.FORK_HAZARD in probe.detail
+    assert "libgomp" in probe.detail
+    assert probe.duration_s < doctor.FORK_LIMIT_S + 2.0
+    assert left == [], f"processes left behind: {left}"
+
+
+def test_ptrace_works_as_root(
+    real: Real,
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a non-root sibling attach depends on ptrace_scope")
+    probe = real[0]["ptrace"]
+    assert probe.status == "ok", probe
+    assert "CAP_SYS_PTRACE=yes" in probe.detail
+
+
+def test_py_spy_dumps_a_python_child(
+    real: Real,
+) -> None:
+    if real[0]["ptrace"].status != "ok":
+        pytest.skip("py-spy needs ptrace, which this machine denies")
+    probe = real[0]["py-spy"]
+    assert probe.status == "ok", probe
+
+
+def test_no_nvml_here_is_reported_not_raised(
+    real: Real,
+) -> None:
+    probe = real[0]["nvml"]
+    assert probe.status != "ok"
+    assert "util/gpu_percent" in probe.detail
+    assert "the probe itself failed" not in probe.detail
+
+
+def test_cuda_without_gpu_warns(
+    real: Real,
+) -> None:
+    probe = real[0]["cuda"]
+    assert probe.status == "warn"
+    assert doctor.NO_GPU in probe.detail
+
+
+def test_render_and_json_name_every_probe(
+    real: Real,
+) -> None:
+    probes = list(real[0].values())
+    text = doctor.render(probes)
+    data = json.loads(json.dumps(doctor.to_json(probes)))
+    assert all(name in text for name in NAMES)
+    assert {p["name"] for p in data["probes"]} == NAMES
+    assert data["schema"] == doctor.SCHEMA
+    assert data["ok"] is (not any(p.status == "fail" for p in probes))
+
+
+def test_path_without_gdb_degrades_to_eu_stack(tmp_path: Path) -> None:
+    # a PATH with eu-stack only: gcc is gone too, so the OpenMP probes fail fast
+    (tmp_path / "eu-stack").symlink_to("/usr/bin/eu-stack")
+    probes = {p.name: p for p in doctor.run_doctor(timeout_s=10.0, path=str(tmp_path))}
+    assert set(probes) == NAMES
+    gdb = probes["tool:gdb"]
+    assert gdb.status == "warn"
+    assert "degrade to eu-stack" in gdb.hint
+    assert probes["tool:gcc"].status == "fail"
+    assert probes["openmp"].status == "fail"
+    assert probes["openmp-after-fork"].status == "skip"
+    assert probes["ptrace"].status == "ok" and "eu-stack" in probes["ptrace"].detail
+    assert _children() == []
+
+
+def test_no_stack_tool_at_all(tmp_path: Path) -> None:
+    probes = {p.name: p for p in doctor.run_doctor(timeout_s=10.0, path=str(tmp_path))}
+    assert "no native stacks" in probes["tool:gdb"].hint
+    assert probes["ptrace"].status == "skip"
+
+
+def _fake_gdb(folder: Path, body: str) -> None:
+    gdb = folder / "gdb"
+    gdb.write_text(f"#!/bin/sh\n{body}\n")
+    gdb.chmod(0o755)
+
+
+def test_ptrace_denied_gives_the_capability_hint(tmp_path: Path) -> None:
+    _fake_gdb(tmp_path, 'echo "ptrace: Operation not permitted." >&2; exit 1')
+    probe = doctor._probe_ptrace(doctor._Ctx.make(5.0, str(tmp_path)))
+    assert probe.status == "fail"
+    assert probe.hint == doctor.PTRACE_HINT
+    assert _children() == []
+
+
+def test_a_hanging_attach_is_cut_off_and_cleaned_up(tmp_path: Path) -> None:
+    _fake_gdb(tmp_path, "exec sleep 30")
+    start = time.monotonic()
+    probe = doctor._probe_ptrace(doctor._Ctx.make(1.0, f"{tmp_path}:/usr/bin:/bin"))
+    assert time.monotonic() - start < 4.0
+    assert probe.status == "fail" and "did not attach" in probe.detail
+    assert _children() == []
+
+
+def test_a_raising_probe_does_not_stop_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(ctx: object) -> doctor.Probe:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(doctor, "_probe_cpu", boom)
+    probes = doctor.run_doctor(timeout_s=10.0, path="")
+    cpu = next(p for p in probes if p.name == "cpu/container")
+    assert cpu.status == "warn" and "boom" in cpu.detail
+    assert {p.name for p in probes} == NAMES
+
+
+def test_main_exit_code_follows_fail(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    ok = [doctor.Probe("a", "ok", "fine"), doctor.Probe("b", "warn", "meh")]
+    monkeypatch.setattr(doctor, "run_doctor", lambda timeout_s: ok)
+    assert doctor.main(argparse.Namespace(json=True)) == 0
+    assert json.loads(capsys.readouterr().out)["counts"]["warn"] == 1
+    monkeypatch.setattr(
+        doctor, "run_doctor", lambda timeout_s: [*ok, doctor.Probe("c", "fail", "x")]
+    )
+    assert doctor.main(argparse.Namespace(json=False)) == 1
+    assert "c " in capsys.readouterr().out
+
+
+def test_fork_verdicts_from_program_output() -> None:
+    from harness.proctree import ToolResult
+
+    done = ToolResult(["p"], 0, "parent-team=2\nchild-done team=2\n", "", 0.1)
+    assert doctor._judge_fork(done, "runtime libomp.so", 3.0).status == "ok"
+    killed = ToolResult(["p"], None, "parent-team=2\n", "", 5.0)
+    assert doctor._judge_fork(killed, "runtime libgomp.so.1", 3.0).status == "warn"
+
+
+def test_nvml_partial_library_is_a_warning() -> None:
+    partial = {"binding": "ctypes", "error": "nvmlDeviceGetCount_v2 returned 999 (Unknown Error)"}
+    probe = doctor._judge_nvml(partial)
+    assert probe.status == "warn" and "garbage" in probe.hint
+    gpu = doctor._judge_nvml({"binding": "pynvml", "count": 1, "gpu": 0, "mem": 3})
+    assert gpu.status == "ok" and "gpu 0%" in gpu.detail

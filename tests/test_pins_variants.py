@@ -1,0 +1,162 @@
+"""Pins, drift, variants, the build cache and `harness compare` on the replica (issue 3).
+Real builds and runs; a per-module build cache."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.pin import PIN_SCHEMA_VERSION, load_pin, pin_dir
+from tests.harness_cli import harness
+
+pytestmark = [pytest.mark.timeout(300)]
+REPLICA = pin_dir() / "replica"
+
+
+@pytest.fixture(scope="module")
+def cache_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return {"HARNESS_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
+
+
+def copy_of_replica(tmp_path: Path) -> Path:
+    """A pin file named `replica` whose source is a private copy of the replica."""
+    src = tmp_path / "replica-src"
+    shutil.copytree(REPLICA, src, ignore=shutil.ignore_patterns("puffer", "logs", "checkpoints"))
+    text = (pin_dir() / "replica.toml").read_text().replace('path = "replica"', f'path = "{src}"')
+    pin = tmp_path / "replica.toml"
+    pin.write_text(text)
+    return pin
+
+
+def test_shipped_replica_pin_is_verified() -> None:
+    res = harness("pin", "verify", "--pin", "replica", report_root=Path("."))
+    assert res.code == 0, res.stdout
+    assert res.stdout.startswith("pin replica: VERIFIED")
+
+
+def test_one_byte_of_drift_is_named_and_refused(tmp_path: Path) -> None:
+    pin = copy_of_replica(tmp_path)
+    header = tmp_path / "replica-src" / "src" / "vecenv.h"
+    header.write_bytes(header.read_bytes().replace(b"env_start", b"env_Start", 1))
+    res = harness("pin", "verify", "--pin", str(pin), report_root=tmp_path)
+    assert res.code == 1
+    drift = [line for line in res.stdout.splitlines() if line.startswith("  DRIFT")]
+    assert len(drift) == 1 and "src/vecenv.h" in drift[0]
+    pinned = load_pin(str(pin)).files["src/vecenv.h"]
+    assert pinned in drift[0]
+    res = harness("run", "breakout", "--pin", str(pin), report_root=tmp_path / "r")
+    assert res.code == 5
+    assert "does not match the pin" in res.stderr and "src/vecenv.h" in res.stderr
+    report = json.loads(next((tmp_path / "r").glob("*/report.json")).read_text())
+    assert report["pin"]["verification"]["status"] == "drift"
+
+
+def test_allow_drift_runs_and_records_it(tmp_path: Path, cache_env: dict[str, str]) -> None:
+    pin = copy_of_replica(tmp_path)
+    cfg = tmp_path / "replica-src" / "config" / "breakout.ini"
+    cfg.write_text(cfg.read_text() + "\n# a local edit\n")
+    res = harness(
+        "run",
+        "breakout",
+        "--pin",
+        str(pin),
+        "--allow-drift",
+        "--variant",
+        "fixed",
+        "--steps",
+        "262144",
+        report_root=tmp_path / "r",
+        env=cache_env,
+    )
+    assert res.code == 0, res.stderr
+    v = res.report["pin"]["verification"]
+    assert v["status"] == "drift"
+    assert [f["path"] for f in v["files"] if f["status"] == "differs"] == ["config/breakout.ini"]
+
+
+def test_build_cache_hit_then_miss_on_a_source_byte(
+    tmp_path: Path, cache_env: dict[str, str]
+) -> None:
+    pin = copy_of_replica(tmp_path)
+    args = ("run", "breakout", "--pin", str(pin), "--variant", "fixed", "--steps", "262144")
+    first = harness(*args, report_root=tmp_path / "a", env=cache_env).report["build"]
+    second = harness(*args, report_root=tmp_path / "b", env=cache_env).report["build"]
+    assert second["cache_hit"] and second["key"] == first["key"]
+    learner = tmp_path / "replica-src" / "src" / "learner.h"
+    learner.write_text(learner.read_text() + "\n")
+    third = harness(*args, "--allow-drift", report_root=tmp_path / "c", env=cache_env).report[
+        "build"
+    ]
+    assert not third["cache_hit"] and third["key"] != first["key"]
+
+
+def test_omp_free_changes_exactly_the_two_regions(
+    tmp_path: Path, cache_env: dict[str, str]
+) -> None:
+    res = harness("build", "breakout", "--variant", "omp-free", report_root=tmp_path, env=cache_env)
+    assert res.code == 0, res.stderr
+    tree = Path(res.stdout.splitlines()[0].rsplit(": ", 1)[1].strip())
+    changed = [
+        ln
+        for ln in (tree / "src" / "vecenv.h").read_text().splitlines()
+        if "[harness omp-free]" in ln
+    ]
+    assert len(changed) == 2
+    assert all("#pragma omp parallel for" in ln for ln in changed)
+    untouched = [
+        ln for ln in (tree / "src" / "puffer.c").read_text().splitlines() if "#pragma omp" in ln
+    ]
+    assert untouched, "the warm-up region outside the two functions keeps its OpenMP"
+
+
+def test_compare_confirms_the_fix(tmp_path: Path, cache_env: dict[str, str]) -> None:
+    res = harness(
+        "compare", "breakout", "--startup", "8", report_root=tmp_path, env=cache_env, timeout=240
+    )
+    assert res.code == 0, res.stdout + res.stderr
+    data = json.loads(next(tmp_path.glob("*/compare.json")).read_text())
+    stock, fixed = data["variants"]
+    assert (stock["kind"], stock["location"]) == ("hang", "env_start")
+    assert fixed["kind"] == "pass" and fixed["epochs"] >= 4
+    assert data["confirmed"] and data["summary"].startswith("fix confirmed")
+
+
+def test_worker_region_hang_is_located_in_vec_thread_main(
+    tmp_path: Path, cache_env: dict[str, str]
+) -> None:
+    res = harness(
+        "run",
+        "breakout",
+        "--variant",
+        "omp-free:omp-free-env-start+patch:fixes/replica-guards.patch",
+        "--arg=--vec.inline-buffer=1",
+        "--startup",
+        "8",
+        report_root=tmp_path,
+        env=cache_env,
+    )
+    v = res.report["verdict"]
+    assert res.code == 2, v
+    assert (v["kind"], v["location"]) == ("hang", "vec_thread_main")
+
+
+def test_bad_pin_and_variant_input(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f"schema_version = {PIN_SCHEMA_VERSION}\nname = [\n")
+    for args, text in [
+        (("pin", "show", "--pin", str(bad)), "malformed TOML"),
+        (("run", "breakout", "--variant", "nope"), "unknown variant 'nope'"),
+        (("run", "breakout", "--variant", f"patch:{bad}"), "does not apply"),
+        (
+            ("run", "breakout", "--pin", "pufferlib-5.0", "--checkout", str(tmp_path)),
+            "not a git repository",
+        ),
+        (("build", "breakout", "--variant", "patch:/no/such.patch"), "patch file not found"),
+    ]:
+        res = harness(*args, report_root=tmp_path / "r")
+        assert res.code == 5, (args, res.stderr)
+        assert text in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
