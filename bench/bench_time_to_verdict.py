@@ -42,7 +42,8 @@ def main() -> None:
             print(
                 f"round {i + 1}: verdict {r['verdict']['kind']} in {r['verdict']['location']} "
                 f"after {t['run_s']:.2f}s (startup window {args.startup:g}s, "
-                f"sampling {t['sampling_s']:.2f}s: {t['run_s'] - args.startup:.2f}s past the window)"
+                f"sampling {t['sampling_s']:.2f}s: "
+                f"{t['run_s'] - args.startup:.2f}s past the window)"
             )
 
 
