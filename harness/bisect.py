@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -457,8 +458,10 @@ def _expected(opts: BisectOptions) -> str:
 
 def _shown(step: StepRecord) -> str:
     r = step.decisive
+    if r.summary.startswith(r.kind):  # verdict summaries mostly name their kind already
+        return r.summary
     where = f" in {r.location}" if r.location else ""
-    return f"{r.kind}{where} ({r.summary})" if r.summary else f"{r.kind}{where}"
+    return f"{r.kind}{where}: {r.summary}" if r.summary else f"{r.kind}{where}"
 
 
 def prepare(opts: BisectOptions) -> BisectResult:
@@ -781,6 +784,16 @@ class _StepParser(argparse.ArgumentParser):
         print(f"harness bisect-step: error: {message}", file=sys.stderr)
         sys.exit(BISECT_ABORT)
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # unknown options would otherwise reach the top-level parser, whose error code
+        # (5, or argparse's 2) git would read as "bad"
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("env", help="env / scenario name (scenarios/<env>.toml)")
@@ -823,7 +836,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tee", action="store_true", help="show the trainer's output live (stderr)")
 
 
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parsers(sub: "argparse._SubParsersAction[Any]") -> None:
     """Add `bisect` and `bisect-step` to the CLI's subparsers."""
     p = sub.add_parser("bisect", help="find the first bad commit between --good and --bad")
     _add_common(p)
@@ -887,7 +900,12 @@ def cmd_bisect_step(args: argparse.Namespace) -> int:
     except HarnessError as exc:  # e.g. a malformed --env: the user's error, abort
         print(f"harness bisect-step: error: {exc.message} (aborting)", file=sys.stderr)
         return BISECT_ABORT
-    return bisect_step(opts)
+    try:
+        return bisect_step(opts)
+    except Exception:  # a harness bug must stop git bisect run, not mark the commit bad
+        traceback.print_exc()
+        print("harness bisect-step: internal error (aborting)", file=sys.stderr)
+        return BISECT_ABORT
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

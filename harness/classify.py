@@ -315,6 +315,9 @@ def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> V
         location = loc.name
         frames = [_frame_text(f) for f in reversed(inner)]
         runtime = _runtime_names(inner[:-1], sigs)
+        if "futex" in view.wchan and "futex wait" not in runtime:
+            # unsymbolized runtime frames: the kernel's wait channel still says what it waits on
+            runtime.append(f"futex wait (wchan {view.wchan})")
         evidence.append(
             f"location {location} on pid {view.pid} tid {view.tid} ('{view.name}'), "
             f"from {view.stack.source}: " + " → ".join(frames)

@@ -169,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     pin.add_argument("--dest", type=Path, help="fetch: where to clone (default: the harness cache)")
     pin.add_argument("--json", action="store_true")
 
+    from harness import bisect
+
+    bisect.add_parsers(sub)
+
     watch = sub.add_parser("watch", help="watch any command: harness watch [options] -- CMD ...")
     watch.add_argument("--parser", default="lines", help="progress parser: lines, puffer5, puffer3")
     watch.add_argument("--cwd", type=Path, default=Path("."))
@@ -434,6 +438,15 @@ def _install_signal_handlers() -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
+
+
+def _bisect_commands() -> dict[str, Callable[[argparse.Namespace], int]]:
+    from harness import bisect
+
+    return dict(bisect.COMMANDS)
+
+
+COMMANDS.update(_bisect_commands())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -88,15 +88,23 @@ def prepare_tree(
     steps = variants.parse_variant(variant, pin)
     scratch = buildmod.new_scratch_tree()
     try:
+        prepared: list[str] = []
         if pin.source.kind == "path":
             buildmod.copy_source(root, scratch, skip=frozenset(pin.build_outputs))
+            apply_ref = None
+        elif pin.source.kind == "pypi":
+            from harness import pypi
+
+            prepared = pypi.unpack(pin, root, scratch)
             apply_ref = None
         else:
             from harness import upstream
 
             upstream.export_tree(pin, root, scratch, commit)
             apply_ref = upstream.ref_applier(pin, root, base=commit)
-        return scratch, variants.apply_steps(scratch, steps, pin, apply_ref)
+        applied = variants.apply_steps(scratch, steps, pin, apply_ref)
+        applied.changes[:0] = prepared
+        return scratch, applied
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise

@@ -1,0 +1,118 @@
+"""PyPI sdist sources: download the pinned sdist once (cached), check its sha256 before
+anything reads it, unpack it into a scratch tree and apply the pin's [prepare] steps
+(data: folders to create, files to remove). Nothing of the package lives in this repo."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from harness.build import cache_root
+from harness.errors import USAGE, HarnessError
+from harness.pin import Pin, Verification, sha256_file
+
+INDEX_URL = "https://pypi.org/pypi/{package}/{version}/json"
+NETWORK_TIMEOUT_S = 60.0
+MAX_SDIST_BYTES = 512 * 1024 * 1024
+
+
+def sdist_path(pin: Pin) -> Path:
+    return cache_root() / "sdists" / pin.source.filename
+
+
+def _sdist_url(pin: Pin) -> str:
+    url = INDEX_URL.format(package=pin.source.package, version=pin.source.version)
+    try:
+        with urllib.request.urlopen(url, timeout=NETWORK_TIMEOUT_S) as resp:
+            meta = json.load(resp)
+    except (urllib.error.URLError, TimeoutError, OSError, json.JSONDecodeError) as exc:
+        raise HarnessError(
+            f"cannot read the PyPI index for {pin.source.package}: {exc}", USAGE
+        ) from exc
+    for entry in meta.get("urls", []):
+        if entry.get("filename") == pin.source.filename:
+            return str(entry["url"])
+    raise HarnessError(
+        f"PyPI lists no {pin.source.filename} for {pin.source.package}=={pin.source.version}", USAGE
+    )
+
+
+def _download(url: str, dest: Path) -> None:
+    part = dest.with_name(dest.name + ".part")
+    digest_bytes = 0
+    try:
+        with (
+            urllib.request.urlopen(url, timeout=NETWORK_TIMEOUT_S) as resp,
+            open(part, "wb") as out,
+        ):
+            while block := resp.read(1 << 20):
+                digest_bytes += len(block)
+                if digest_bytes > MAX_SDIST_BYTES:
+                    raise HarnessError(f"{url} is larger than {MAX_SDIST_BYTES} bytes", USAGE)
+                out.write(block)
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        part.unlink(missing_ok=True)
+        raise HarnessError(f"cannot download {url}: {exc}", USAGE) from exc
+    part.rename(dest)
+
+
+def fetch_sdist(pin: Pin) -> Path:
+    """The pinned sdist in the cache, downloaded when absent."""
+    path = sdist_path(pin)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _download(_sdist_url(pin), path)
+    return path
+
+
+def verify_sdist(pin: Pin) -> tuple[Verification, Path]:
+    """Fetch and hash-check the sdist. A mismatch deletes the download (a re-fetch may heal
+    a torn file) and is drift; an unpinned hash is unverified."""
+    path = fetch_sdist(pin)
+    actual = sha256_file(path)
+    v = Verification("unchecked", f"PyPI {pin.source.package}=={pin.source.version} ({path})")
+    v.commit_expected, v.commit_actual = pin.source.sha256, actual
+    if not pin.source.sha256:
+        v.status = "unverified"
+        v.unverified.append("sha256 (the pin has none)")
+    elif actual == pin.source.sha256:
+        v.status = "verified"
+    else:
+        path.unlink(missing_ok=True)
+        v.status = "drift"
+        v.notes.append(
+            f"sha256 of {pin.source.filename} is {actual}, the pin says {pin.source.sha256}"
+        )
+    return v, path
+
+
+def unpack(pin: Pin, sdist: Path, dest: Path) -> list[str]:
+    """Unpack the sdist's single top folder into `dest`, then apply [prepare]."""
+    with tarfile.open(sdist) as tar:
+        tar.extractall(dest, filter="data")
+    tops = [p for p in dest.iterdir()]
+    if len(tops) == 1 and tops[0].is_dir():
+        top = tops[0]
+        for child in list(top.iterdir()):
+            child.rename(dest / child.name)
+        top.rmdir()
+    return prepare(pin, dest)
+
+
+def prepare(pin: Pin, tree: Path) -> list[str]:
+    spec = pin.raw.get("prepare", {})
+    changes: list[str] = []
+    for rel in spec.get("mkdirs", []):
+        (tree / rel).mkdir(parents=True, exist_ok=True)
+        changes.append(f"prepare: created empty folder {rel}")
+    for rel in spec.get("remove", []):
+        target = tree / rel
+        if not target.exists():
+            raise HarnessError(f"pin {pin.name} [prepare]: {rel} is not in the sdist", USAGE)
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+        changes.append(f"prepare: removed {rel}")
+    return changes
