@@ -836,7 +836,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tee", action="store_true", help="show the trainer's output live (stderr)")
 
 
-def add_parsers(sub: "argparse._SubParsersAction[Any]") -> None:
+def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     """Add `bisect` and `bisect-step` to the CLI's subparsers."""
     p = sub.add_parser("bisect", help="find the first bad commit between --good and --bad")
     _add_common(p)
