@@ -78,7 +78,9 @@ class Pattern:
             base = (frame.module or "").rsplit("/", 1)[-1]
             if not any(rx.fullmatch(base) for rx in self.modules):
                 return False
-        return not self.functions or any(rx.fullmatch(frame.function) for rx in self.functions)
+        # glibc's internal aliases (__GI___wait4) are the public function under another name
+        name = frame.function.removeprefix("__GI_")
+        return not self.functions or any(rx.fullmatch(name) for rx in self.functions)
 
 
 @dataclass(frozen=True)
@@ -326,6 +328,8 @@ def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> V
         evidence.append(
             "location unknown: no stack of the stuck threads names a function of the program"
         )
+    if picked is not None:  # the located thread first
+        culprits = [picked[1]] + [v for v in culprits if v is not picked[1]]
     evidence += [_thread_line(v, sigs) for v in culprits[:12]]
     evidence += [f"note: {n}" for n in samples.notes]
     where = f" in {location}" if location else ""
