@@ -11,6 +11,7 @@ have gcc || need_pkgs+=(gcc libc6-dev)
 have gdb || need_pkgs+=(gdb)
 have eu-stack || need_pkgs+=(elfutils)
 have git || need_pkgs+=(git)
+have ccache || need_pkgs+=(ccache)   # the 5.0 build.sh compiles through ccache
 if ! echo 'int main(void){return 0;}' | gcc -fopenmp -x c - -o /dev/null 2>/dev/null; then
   need_pkgs+=(libgomp1)
 fi

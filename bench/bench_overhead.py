@@ -1,5 +1,7 @@
 """Harness overhead on trainer throughput: SPS of a bare run vs the same run under
 `harness run`, alternated K times. Prints the medians and the ratio (target: < 2% loss).
+SPS is the mean training throughput (agent_steps / uptime at the last epoch's first frame),
+read the same way from both outputs.
 
     .venv/bin/python bench/bench_overhead.py [--pin replica] [--env breakout]
         [--variant fixed] [--steps 4194304] [--repeat 5]
@@ -26,7 +28,9 @@ from harness.scenario import load_scenario
 def bare_sps(argv: list[str], cwd: Path, env: dict[str, str], parser: str) -> float:
     out = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, timeout=900, check=True)
     frames = dashboard.parse_text(parser, out.stdout.decode(errors="replace"))
-    return dashboard.latest(frames)["SPS"]
+    sps = dashboard.measured_sps(frames)
+    assert sps is not None, "the bare run rendered no epoch"
+    return sps
 
 
 def harness_sps(args: argparse.Namespace, report_dir: Path) -> float:
@@ -48,7 +52,7 @@ def harness_sps(args: argparse.Namespace, report_dir: Path) -> float:
     ]
     out = subprocess.run(cmd, capture_output=True, timeout=900)
     report = json.loads(out.stdout)
-    return float(report["progress"]["last_metrics"]["SPS"])
+    return float(report["progress"]["measured_sps"])
 
 
 def main() -> None:

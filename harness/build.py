@@ -123,11 +123,20 @@ def new_scratch_tree() -> Path:
 
 
 def _first_error(log: str) -> str:
-    for line in log.splitlines():
-        if re.search(r"\berror\b|not found|No such file|fatal|cannot find", line, re.I):
-            return line.strip()[:300]
-    lines = [ln for ln in log.splitlines() if ln.strip()]
-    return lines[-1].strip()[:300] if lines else ""
+    """The line that explains a failed build: an error first, a missing file or tool next,
+    else the last line (warnings such as nvcc's '-arch=native' notice are not the cause)."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    generic = re.compile(r"ld returned|collect2|subprocess-exited-with-error|warning", re.I)
+    for pattern in (
+        r"\berror\b|\bfatal\b|not found|No such file|cannot find",  # a specific cause
+        r"\berror\b",  # the linker's or pip's summary line
+    ):
+        for line in lines:
+            if re.search(pattern, line, re.I) and (
+                pattern == r"\berror\b" or not generic.search(line)
+            ):
+                return line[:300]
+    return lines[-1][:300] if lines else ""
 
 
 def _hint(log: str, pin: Pin) -> str:
@@ -171,8 +180,9 @@ def build_key(
 def build(prepared: Path, pin: Pin, env: str, extra_env: Mapping[str, str]) -> BuildResult:
     """Build `prepared` (a scratch tree this function takes ownership of) for `env`."""
     build_env = {**pin.build_env, **extra_env}
-    key, toolchain = build_key(tree_hash(prepared), pin, env, build_env)
-    final = cache_root() / "builds" / f"{pin.name}-{env}-{key}"
+    env_part = env if pin.build_per_env else "all"
+    key, toolchain = build_key(tree_hash(prepared), pin, env_part, build_env)
+    final = cache_root() / "builds" / f"{pin.name}-{env_part}-{key}"
     command = pin.render_build(env)
     log_path = final.with_name(final.name + ".log")
     with _locked(final.with_name(final.name + ".lock")):
@@ -197,7 +207,7 @@ def build(prepared: Path, pin: Pin, env: str, extra_env: Mapping[str, str]) -> B
             shutil.rmtree(prepared, ignore_errors=True)
             raise HarnessError(
                 f"build of {pin.name} needs {', '.join(missing)} on PATH "
-                "(run ./setup.sh, or install them)",
+                "(install them; ./setup.sh installs gcc, gdb, elfutils, git and ccache)",
                 BUILD_FAILED,
             )
         shutil.rmtree(final, ignore_errors=True)

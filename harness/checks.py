@@ -266,12 +266,18 @@ def _read_ini(path: Path, into: dict[str, dict[str, str]]) -> None:
 
 
 def resolved_config(
-    tree: Path, env: str, argv: Sequence[str], config_files: Sequence[str], since: float
+    tree: Path,
+    run_dir: Path,
+    env: str,
+    argv: Sequence[str],
+    config_files: Sequence[str],
+    since: float,
 ) -> tuple[dict[str, dict[str, str]], str]:
-    """The run's config: its own end-of-run record (logs/<env>/*.ini written since the run
-    began) when there is one, else the config files plus the --sec.key=value arguments."""
+    """The run's config: its own end-of-run record (run_dir/logs/<env>/*.ini written since
+    the run began) when there is one, else the build tree's config files plus the
+    --sec.key=value arguments."""
     logs = sorted(
-        (p for p in (tree / "logs" / env).glob("*.ini") if p.stat().st_mtime >= since),
+        (p for p in (run_dir / "logs" / env).glob("*.ini") if p.stat().st_mtime >= since),
         key=lambda p: p.stat().st_mtime,
     )
     config: dict[str, dict[str, str]] = {}
@@ -281,7 +287,7 @@ def resolved_config(
         return config, str(logs[-1])
     for rel in config_files:
         _read_ini(tree / rel.format(env=env), config)
-    for arg in argv:
+    for arg in _joined_flags(argv):
         m = _FLAG.match(arg)
         if m:
             key = m["key"].replace("-", "_")
@@ -289,24 +295,39 @@ def resolved_config(
     return config, "config files + command-line flags"
 
 
+def _joined_flags(argv: Sequence[str]) -> list[str]:
+    """`--sec.key value` (3.0's argparse form) joined into `--sec.key=value`."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg, nxt = argv[i], argv[i + 1] if i + 1 < len(argv) else None
+        dotted = arg.startswith("--") and "." in arg and "=" not in arg
+        if dotted and nxt is not None and not nxt.startswith("--"):
+            out.append(f"{arg}={nxt}")
+            i += 2
+        else:
+            out.append(arg)
+            i += 1
+    return out
+
+
 def run_checks(
     specs: Sequence[Mapping[str, Any]],
     pin: str,
     frames: Sequence[dashboard.MetricsFrame],
     tree: Path,
+    run_dir: Path,
     env: str,
     argv: Sequence[str],
     config_files: Sequence[str],
     since: float,
     requested_steps: int | None,
 ) -> tuple[list[CheckResult], str]:
-    final = dashboard.read_run_logs(tree, env) if (tree / "logs" / env).is_dir() else {}
-    logs = (
-        [p for p in (tree / "logs" / env).glob("*.ini")] if (tree / "logs" / env).is_dir() else []
-    )
-    if not any(p.stat().st_mtime >= since for p in logs):
-        final = {}  # an older run's record is not this run's
-    config, source = resolved_config(tree, env, argv, config_files, since)
+    logs = list((run_dir / "logs" / env).glob("*.ini"))
+    fresh = any(p.stat().st_mtime >= since for p in logs)
+    # an older run's record is not this run's
+    final = dashboard.read_run_logs(run_dir, env) if fresh else {}
+    config, source = resolved_config(tree, run_dir, env, argv, config_files, since)
     obs = observe(frames, final, config, requested_steps)
     return evaluate(specs, obs, pin), source
 

@@ -460,6 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted as exc:
         print(f"harness: interrupted by signal {exc.signum}", file=sys.stderr)
         return 128 + exc.signum
+    except BrokenPipeError:  # `harness ... | head`: the reader left; nothing to report
+        return 141
     except Exception as exc:  # a bug in the harness: one line, the traceback in a file
         path = Path("reports") / "harness-internal-error.txt"
         try:

@@ -839,3 +839,24 @@ def read_run_logs(root: Path, env: str | None = None) -> dict[str, float]:
     out = _jsonl_metrics(ini.with_suffix(".jsonl"))
     out.update(_ini_metrics(ini))
     return out
+
+
+def measured_sps(frames: Iterable[MetricsFrame]) -> float | None:
+    """Training throughput: the median of the SPS shown on each new epoch's frame. Frames
+    that repeat an epoch are left out (the replica reprints its last frame at exit; 3.0
+    prints one after its final evaluation rollouts, with a misleading rate). The median of
+    per-epoch rates is precise to the 3 digits shown, unlike steps/uptime whose uptime is
+    shown in whole seconds."""
+    rates: list[float] = []
+    last_epoch = 0.0
+    for frame in frames:
+        epoch, sps = frame.metrics.get("epoch"), frame.metrics.get("SPS")
+        if not frame.complete or epoch is None or sps is None or epoch <= last_epoch:
+            continue
+        last_epoch = epoch
+        rates.append(sps)
+    if not rates:
+        return None
+    rates.sort()
+    mid = len(rates) // 2
+    return rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2

@@ -9,6 +9,7 @@ own functions that locate a hang (signatures). See docs/pin-schema.md.
 from __future__ import annotations
 
 import hashlib
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +68,9 @@ class Pin:
     build_tools: tuple[str, ...]
     build_outputs: tuple[str, ...]
     build_hints: tuple[Hint, ...]
+    build_per_env: bool  # False: one build serves every env (a Python package)
     run_command: str
+    run_cwd: str  # "tree": the build tree (upstream reads ./config); "report": a fresh folder
     run_env: dict[str, str]
     config_files: tuple[str, ...]  # relative to the build tree, "{env}" expanded
     files: dict[str, str]  # path relative to the source root → sha256 (or UNVERIFIED…)
@@ -83,16 +86,31 @@ class Pin:
         return (self.file.parent / self.source.path).resolve()
 
     def render_build(self, env: str) -> str:
-        return self.build_command.format(env=env)
+        return render(self.build_command, env=env)
 
-    def render_run(self, env: str, steps: int, **extra: object) -> str:
-        return self.run_command.format(env=env, steps=steps, **extra)
+    def render_run(self, env: str, steps: int, tree: Path | str = ".") -> str:
+        """The run command; {tree} is the build tree (for runs outside it)."""
+        return render(self.run_command, env=env, steps=steps, tree=tree)
+
+
+_PLACEHOLDER = re.compile(r"\{(env|steps|tree)\}")
+
+
+def render(template: str, **values: object) -> str:
+    """Expand {env}, {steps} and {tree} only: shell's own ${VAR:-x} stays as written."""
+    return _PLACEHOLDER.sub(lambda m: str(values.get(m[1], m[0])), template)
 
 
 def _need(table: dict[str, Any], key: str, where: str) -> Any:
     if key not in table:
         raise HarnessError(f"{where}: missing required key '{key}'", USAGE)
     return table[key]
+
+
+def _choice(value: Any, allowed: tuple[str, ...], where: str) -> str:
+    if value not in allowed:
+        raise HarnessError(f"{where}: expected one of {', '.join(allowed)}, not {value!r}", USAGE)
+    return str(value)
 
 
 def _str_map(value: Any, where: str) -> dict[str, str]:
@@ -128,7 +146,9 @@ def parse_pin(data: dict[str, Any], file: Path) -> Pin:
         build_tools=tuple(build.get("tools", ())),
         build_outputs=tuple(build.get("outputs", ())),
         build_hints=tuple(Hint(h["pattern"], h["hint"]) for h in build.get("hints", [])),
+        build_per_env=bool(build.get("per_env", True)),
         run_command=str(_need(run, "command", f"{where} [run]")),
+        run_cwd=_choice(run.get("cwd", "tree"), ("tree", "report"), f"{where} [run] cwd"),
         run_env=_str_map(run.get("env", {}), f"{where} [run.env]"),
         config_files=tuple(run.get("config_files", ("config/default.ini", "config/{env}.ini"))),
         files=_str_map(data.get("files", {}), f"{where} [files]"),
@@ -255,6 +275,11 @@ def verify_path_source(pin: Pin, root: Path) -> Verification:
     return summarize(v)
 
 
+def _one_line(command: str) -> str:
+    lines = [ln for ln in command.strip().splitlines() if ln.strip()]
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ... ({len(lines)} lines)"
+
+
 def describe_pin(pin: Pin) -> str:
     s = pin.source
     where = {
@@ -267,7 +292,7 @@ def describe_pin(pin: Pin) -> str:
         f"  file:     {pin.file}",
         f"  source:   {where}",
         f"  envs:     {', '.join(pin.envs)}",
-        f"  build:    {pin.build_command}  (tools: {', '.join(pin.build_tools) or '-'})",
+        f"  build:    {_one_line(pin.build_command)}  (tools: {', '.join(pin.build_tools) or '-'})",
         f"  run:      {pin.run_command}  (parser: {pin.parser})",
         f"  variants: {', '.join(f'{k} = {v}' for k, v in pin.variants.items()) or '-'}",
         f"  signatures: {', '.join(sig.name for sig in pin.signatures) or '-'}",

@@ -139,6 +139,7 @@ def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: classify.S
         "progress_events": outcome.progress_events,
         "output_lines": outcome.output_lines,
         "last_metrics": dashboard.latest(outcome.frames),
+        "measured_sps": dashboard.measured_sps(complete),
         "progressing_at_end": outcome.progressing_at_end,
         "output_tail": outcome.output_tail[-20:],
     }
@@ -269,17 +270,21 @@ def _run_env_stages(
         report.finish()
         return report, BUILD_FAILED
     steps = opts.steps if opts.steps is not None else settings.steps
-    argv = shlex.split(pin.render_run(settings.upstream_env, steps)) + list(settings.args)
-    argv += opts.trainer_args
+    argv = shlex.split(pin.render_run(settings.upstream_env, steps, built.tree))
+    argv += list(settings.args) + opts.trainer_args
     overrides = {**pin.run_env, **settings.env, **opts.trainer_env}
+    run_dir = built.tree
+    if pin.run_cwd == "report":  # a trainer that writes into its cwd gets its own folder
+        run_dir = report.artifact("workdir")
+        run_dir.mkdir(parents=True, exist_ok=True)
     spec = runner.RunSpec(
         argv=argv,
-        cwd=built.tree,
+        cwd=run_dir,
         env=runner.command_env(overrides),
         parser=pin.parser,
         log_path=report.artifact("output.log"),
     )
-    report.command = {"argv": argv, "cwd": str(built.tree), "env": overrides, "steps": steps}
+    report.command = {"argv": argv, "cwd": str(run_dir), "env": overrides, "steps": steps}
     report.save("run")
     sampling = opts.sampling
     if not sampling.own_roots:
@@ -304,9 +309,10 @@ def _run_env_stages(
             pin.name,
             [f for f in outcome.frames if f.complete],
             built.tree,
+            run_dir,
             settings.upstream_env,
             argv,
-            pin.config_files,
+            settings.config_files or pin.config_files,
             outcome.started_at,
             steps,
         )
@@ -457,7 +463,8 @@ def check_saved(opts: CheckOptions) -> tuple[list[checksmod.CheckResult], str]:
     tree = Path(str(build.get("tree", "")))
     if build.get("tree") and tree.is_dir():  # the build still exists: its config files
         env = str(command.get("env_name") or scenario.settings(pin.name).upstream_env)
-        config, _ = checksmod.resolved_config(tree, env, argv, pin.config_files, float("inf"))
+        files = scenario.settings(pin.name).config_files or pin.config_files
+        config, _ = checksmod.resolved_config(tree, tree, env, argv, files, float("inf"))
     else:
         config = _config_from_argv(argv)
     obs = checksmod.observe(frames, None, config, int(steps) if steps else None)
@@ -466,7 +473,8 @@ def check_saved(opts: CheckOptions) -> tuple[list[checksmod.CheckResult], str]:
 
 
 def _config_from_argv(argv: Sequence[str]) -> dict[str, dict[str, str]]:
-    config, _ = checksmod.resolved_config(Path("/nonexistent"), "", argv, (), float("inf"))
+    nowhere = Path("/nonexistent")
+    config, _ = checksmod.resolved_config(nowhere, nowhere, "", argv, (), float("inf"))
     return config
 
 

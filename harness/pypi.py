@@ -15,7 +15,7 @@ from harness.build import cache_root
 from harness.errors import USAGE, HarnessError
 from harness.pin import Pin, Verification, sha256_file
 
-INDEX_URL = "https://pypi.org/pypi/{package}/{version}/json"
+INDEX_URL = "https://pypi.org/simple/{package}/"
 NETWORK_TIMEOUT_S = 60.0
 MAX_SDIST_BYTES = 512 * 1024 * 1024
 
@@ -25,15 +25,19 @@ def sdist_path(pin: Pin) -> Path:
 
 
 def _sdist_url(pin: Pin) -> str:
-    url = INDEX_URL.format(package=pin.source.package, version=pin.source.version)
+    """The pin's own `url`, else the sdist's address from PyPI's simple index (PEP 691)."""
+    if pin.source.url:
+        return pin.source.url
+    url = INDEX_URL.format(package=pin.source.package)
+    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     try:
-        with urllib.request.urlopen(url, timeout=NETWORK_TIMEOUT_S) as resp:
+        with urllib.request.urlopen(req, timeout=NETWORK_TIMEOUT_S) as resp:
             meta = json.load(resp)
     except (urllib.error.URLError, TimeoutError, OSError, json.JSONDecodeError) as exc:
         raise HarnessError(
             f"cannot read the PyPI index for {pin.source.package}: {exc}", USAGE
         ) from exc
-    for entry in meta.get("urls", []):
+    for entry in meta.get("files", []):
         if entry.get("filename") == pin.source.filename:
             return str(entry["url"])
     raise HarnessError(

@@ -273,7 +273,9 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
     table.add_row("trigger", f"{r.trigger} after {r.timings.get('run_s') or 0:.1f}s")
     last = r.progress.get("last_metrics") or {}
     if last:
-        trained = [f"{k} {_short(last[k])}" for k in ("epoch", "agent_steps", "SPS") if k in last]
+        trained = [f"{k} {_short(last[k])}" for k in ("epoch", "agent_steps") if k in last]
+        if r.progress.get("measured_sps"):
+            trained.append(f"mean SPS {_short(r.progress['measured_sps'])}")
         table.add_row("trained", ", ".join(trained) or "-")
     failed = [c for c in r.checks if c.status == "fail"]
     if r.checks:

@@ -12,7 +12,6 @@ from harness.errors import USAGE, HarnessError
 from harness.pin import project_root
 
 SCENARIO_SCHEMA_VERSION = 1
-RUN_KEYS = ("steps", "startup_s", "stall_s", "timeout_s", "upstream_env")
 
 
 @dataclass(frozen=True)
@@ -24,6 +23,7 @@ class RunSettings:
     upstream_env: str  # the env's name for this pin (e.g. puffer_breakout for 3.0)
     args: tuple[str, ...] = ()  # extra trainer arguments for this pin
     env: dict[str, str] = field(default_factory=dict)  # extra environment for the trainer
+    config_files: tuple[str, ...] | None = None  # overrides the pin's, for config checks
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,11 @@ class Scenario:
                 upstream_env=str(merged.get("upstream_env", self.env)),
                 args=tuple(str(a) for a in merged.get("args", ())),
                 env={str(k): str(v) for k, v in merged.get("env", {}).items()},
+                config_files=(
+                    tuple(str(f) for f in merged["config_files"])
+                    if "config_files" in merged
+                    else None
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise HarnessError(f"{self.file.name}: bad run settings for pin {pin}: {exc}") from exc
