@@ -23,8 +23,13 @@ def test_templates_render_to_the_documented_commands() -> None:
     assert pin.render_build("breakout") == "bash build.sh breakout"
     settings = load_scenario("breakout").settings(pin.name)
     argv = shlex.split(pin.render_run("breakout", 50000)) + list(settings.args)
-    assert argv == ["./puffer", "train", "breakout", "--train.total-timesteps=50000",
-                    "--base.eval-episodes=0"]
+    assert argv == [
+        "./puffer",
+        "train",
+        "breakout",
+        "--train.total-timesteps=50000",
+        "--base.eval-episodes=0",
+    ]
     assert all("=" in a for a in argv if a.startswith("--"))  # the space form is rejected
     assert pin.source.branch == "5.0" and pin.source.commit == "UNVERIFIED:23c84bdb"
     assert pin.variants["fixed"] == "ref:pull/668/head"
@@ -58,8 +63,11 @@ def _fake_checkout(root: Path) -> Path:
         'nvcc -arch="${NVCC_ARCH:-native}" -Xcompiler=-fopenmp src/pufferl.cu -o puffer '
         "-lcudart -lnccl -lnvidia-ml -lcublas\n"
     )
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
-                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+    for cmd in (
+        ["git", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+    ):
         subprocess.run(cmd, cwd=root, check=True, timeout=60)
     return root
 
@@ -68,11 +76,19 @@ def _fake_checkout(root: Path) -> Path:
 def test_build_fails_fast_with_a_hint(tmp_path: Path) -> None:
     checkout = _fake_checkout(tmp_path / "PufferLib")
     env = {"HARNESS_CACHE_DIR": str(tmp_path / "cache")}
-    res = harness("run", "breakout", "--checkout", str(checkout), report_root=tmp_path / "r",
-                  env=env)
+    res = harness(
+        "run", "breakout", "--checkout", str(checkout), report_root=tmp_path / "r", env=env
+    )
     assert res.code == 5 and "does not match the pin" in res.stderr  # HEAD is not 23c84bdb
-    res = harness("run", "breakout", "--checkout", str(checkout), "--allow-drift",
-                  report_root=tmp_path / "r2", env=env)
+    res = harness(
+        "run",
+        "breakout",
+        "--checkout",
+        str(checkout),
+        "--allow-drift",
+        report_root=tmp_path / "r2",
+        env=env,
+    )
     assert res.code == 4, res.stdout + res.stderr
     assert "Traceback" not in res.stdout + res.stderr
     text = res.stdout + res.stderr
