@@ -67,7 +67,8 @@ def main() -> None:
     settings = load_scenario(args.env).settings(pin.name)
     built = pipeline.verify_prepare_build(pin, settings.upstream_env, args.variant, None, False)
     tree = built.result.tree
-    argv = shlex.split(pin.render_run(settings.upstream_env, args.steps)) + list(settings.args)
+    argv = shlex.split(pin.render_run(settings.upstream_env, args.steps, shlex.quote(str(tree))))
+    argv += list(settings.args)
     env = {**os.environ, **pin.run_env, **settings.env}
     bare: list[float] = []
     under: list[float] = []

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -30,6 +31,7 @@ from harness.errors import BISECT_SKIP, INTERRUPTED_BASE, USAGE, HarnessError, I
 from harness.pin import Pin, check_env, load_pin
 from harness.report import Report, atomic_write, new_run_id
 from harness.scenario import load_scenario
+from harness.watchdog import positive_seconds
 
 SCHEMA_VERSION = 1
 GOOD, BAD, SKIP = "good", "bad", "skip"
@@ -732,40 +734,35 @@ def print_summary(result: BisectResult, stream: TextIO | None = None) -> None:
     grid.add_column(style="bold")
     grid.add_column()
     style = {"found": "bold green", "range": "bold yellow"}.get(result.status, "bold red")
-    grid.add_row("result", f"[{style}]{result.message()}[/]")
+    grid.add_row("result", f"[{style}]{escape(result.message())}[/]")
     grid.add_row("expected", _expected(result.setup.opts))
     if result.first_bad is not None:
         c = result.first_bad.commit
-        grid.add_row("author", f"{c.author}, {c.date}")
+        grid.add_row("author", escape(f"{c.author}, {c.date}"))
         if result.location_matched is not None:
             grid.add_row("location", f"matched: {result.location_matched}")
         if result.confirm is not None:
             ok = "[green]passes[/]" if result.fix_confirmed else "[red]does not pass[/]"
-            grid.add_row("fix", f"{result.confirm.variant}: {ok}")
+            grid.add_row("fix", f"{escape(result.confirm.variant)}: {ok}")
     grid.add_row(
         "cost",
         f"{totals['steps']} steps (bound {totals['step_bound']}), {totals['runs']} runs, "
         f"{totals['builds']} builds, {totals['cache_hits']} cache hits, {totals['skips']} skips",
     )
-    grid.add_row("report", str(result.directory))
-    console.print(Panel(grid, title=f"harness bisect: {result.setup.opts.env}", expand=False))
+    grid.add_row("report", escape(str(result.directory)))
+    console.print(
+        Panel(grid, title=escape(f"harness bisect: {result.setup.opts.env}"), expand=False)
+    )
     if result.first_bad is not None:
         table = Table("", "parent (last good)", "first bad", expand=False)
         for key, a, b in side_by_side(result):
             if key != "report":
-                table.add_row(key, a, b)
+                table.add_row(escape(key), escape(a), escape(b))
         console.print(table)
         console.print(result.diffstat, markup=False)
 
 
 # ---------------------------------------------------------------- command line
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 def _at_least_one(text: str) -> int:
@@ -802,9 +799,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", help="scenario name or path (default: the env's)")
     p.add_argument("--variant", default="stock", help="variant built at every step")
     p.add_argument("--steps", type=int, help="total timesteps for the trainer")
-    p.add_argument("--timeout", type=_positive, help="wall-clock limit per run (s)")
-    p.add_argument("--startup", type=_positive, help="seconds allowed before the first progress")
-    p.add_argument("--stall", type=_positive, help="seconds allowed without new progress")
+    p.add_argument("--timeout", type=positive_seconds, help="wall-clock limit per run (s)")
+    p.add_argument(
+        "--startup", type=positive_seconds, help="seconds allowed before the first progress"
+    )
+    p.add_argument("--stall", type=positive_seconds, help="seconds allowed without new progress")
     p.add_argument(
         "--env",
         action="append",

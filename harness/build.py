@@ -100,8 +100,11 @@ def tool_version(tool: str) -> str:
     if shutil.which(tool) is None:
         return "missing"
     res = proctree.run_tool([tool, "--version"], timeout=20)
-    text = (res.stdout or res.stderr).strip().splitlines()
-    return text[0] if text else f"exit {res.returncode}"
+    text = [ln.strip() for ln in (res.stdout or res.stderr).splitlines() if ln.strip()]
+    # nvcc's first line never changes ("nvcc: NVIDIA (R) Cuda compiler driver"): prefer the
+    # line that carries the release/version number
+    versioned = [ln for ln in text if re.search(r"release|version|\d+\.\d+", ln, re.I)]
+    return (versioned or text or [f"exit {res.returncode}"])[0]
 
 
 def copy_source(src: Path, dest: Path, skip: frozenset[str] = frozenset()) -> None:
@@ -164,9 +167,12 @@ def build_key(
     tree_digest: str, pin: Pin, env: str, build_env: Mapping[str, str]
 ) -> tuple[str, dict[str, str]]:
     toolchain = {t: tool_version(t) for t in pin.build_tools}
+    # variables the upstream's build reads from the environment (NVCC_ARCH, CC, ...)
+    passthrough = {k: os.environ.get(k) for k in sorted(pin.build_env_passthrough)}
     material = json.dumps(
         {
             "tree": tree_digest,
+            "passthrough": passthrough,
             "env": env,
             "command": pin.render_build(env),
             "build_env": dict(sorted(build_env.items())),

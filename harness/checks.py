@@ -216,7 +216,8 @@ CHECKERS = {
 
 
 def validate(specs: Iterable[Mapping[str, Any]], where: str) -> None:
-    """Reject unknown check kinds and missing fields before anything runs."""
+    """Reject unknown kinds, missing fields and mistyped values before anything runs: a bad
+    scenario must fail in a second, not after a ten-minute run."""
     needs = {
         "required": ("keys",),
         "range": (),
@@ -225,6 +226,9 @@ def validate(specs: Iterable[Mapping[str, Any]], where: str) -> None:
         "steps_reached": (),
     }
     for spec in specs:
+        if not isinstance(spec, Mapping):
+            raise HarnessError(f"{where}: each [[checks]] entry must be a table", USAGE)
+        name = f"{where}: check {spec.get('name', spec.get('kind'))!r}"
         kind = spec.get("kind")
         if kind not in CHECKERS:
             raise HarnessError(
@@ -234,9 +238,24 @@ def validate(specs: Iterable[Mapping[str, Any]], where: str) -> None:
         if kind == "range" and "key" not in spec and "keys" not in spec:
             missing.append("key")
         if missing:
-            raise HarnessError(
-                f"{where}: check {spec.get('name', kind)!r} needs {', '.join(missing)}", USAGE
-            )
+            raise HarnessError(f"{name} needs {', '.join(missing)}", USAGE)
+        _typed(spec, name)
+
+
+def _typed(spec: Mapping[str, Any], name: str) -> None:
+    numbers = ("min", "max", "fraction")
+    for field_name in numbers:
+        value = spec.get(field_name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise HarnessError(f"{name}: {field_name} must be a number, not {value!r}", USAGE)
+    for field_name in ("keys", "pins", "per_epoch"):
+        value = spec.get(field_name)
+        if value is not None and (
+            not isinstance(value, list) or not all(isinstance(v, str) for v in value)
+        ):
+            raise HarnessError(f"{name}: {field_name} must be a list of strings", USAGE)
+    if spec.get("over", "all") not in ("all", "last"):
+        raise HarnessError(f'{name}: over must be "all" or "last"', USAGE)
 
 
 def evaluate(specs: Iterable[Mapping[str, Any]], obs: Observed, pin: str) -> list[CheckResult]:

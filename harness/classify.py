@@ -404,7 +404,7 @@ def classify(
     if trigger is Trigger.EXIT:
         assert returncode is not None
         return classify_exit(returncode, tail, sigs)
-    if trigger is Trigger.INTERRUPT:
+    if trigger is Trigger.INTERRUPT:  # the caller sets exit_code to 128 + the signal
         return Verdict("interrupted", f"interrupted: {reason}", evidence=[reason])
     if trigger is Trigger.WALL and progressing:
         return Verdict(

@@ -18,6 +18,7 @@ from types import FrameType
 
 from harness import __version__, pipeline, runner
 from harness.errors import BUILD_FAILED, USAGE, HarnessError, Interrupted
+from harness.watchdog import positive_seconds
 
 INTERNAL_ERROR = 70
 
@@ -31,17 +32,12 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(USAGE)
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 def _add_watch_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--timeout", type=_positive, help="wall-clock limit in seconds")
-    p.add_argument("--startup", type=_positive, help="seconds allowed before the first progress")
-    p.add_argument("--stall", type=_positive, help="seconds allowed without new progress")
+    p.add_argument("--timeout", type=positive_seconds, help="wall-clock limit in seconds")
+    p.add_argument(
+        "--startup", type=positive_seconds, help="seconds allowed before the first progress"
+    )
+    p.add_argument("--stall", type=positive_seconds, help="seconds allowed without new progress")
     p.add_argument(
         "--env",
         action="append",
@@ -158,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor", help="probe this platform: tools, OpenMP (after fork), ptrace, NVML, CUDA"
     )
     doctor.add_argument("--json", action="store_true")
-    doctor.add_argument("--timeout", type=_positive, default=10.0, help="seconds per probe")
+    doctor.add_argument("--timeout", type=positive_seconds, default=10.0, help="seconds per probe")
 
     pin = sub.add_parser("pin", help="show, verify, update or fetch an upstream pin")
     pin.add_argument("action", choices=["show", "verify", "update", "fetch"])
@@ -186,9 +182,9 @@ def _finish(report_and_code: tuple[object, int], as_json: bool) -> int:
 
     report, code = report_and_code
     assert isinstance(report, Report)
+    if as_json:  # the machine-readable part first: nothing below can lose it
+        print(json.dumps(report.to_json(), indent=2), flush=True)
     print_summary(report, sys.stderr if as_json else sys.stdout)
-    if as_json:
-        print(json.dumps(report.to_json(), indent=2))
     return code
 
 

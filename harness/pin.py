@@ -69,6 +69,7 @@ class Pin:
     build_outputs: tuple[str, ...]
     build_hints: tuple[Hint, ...]
     build_per_env: bool  # False: one build serves every env (a Python package)
+    build_env_passthrough: tuple[str, ...]  # environment variables the build reads
     run_command: str
     run_cwd: str  # "tree": the build tree (upstream reads ./config); "report": a fresh folder
     run_env: dict[str, str]
@@ -107,6 +108,22 @@ def _need(table: dict[str, Any], key: str, where: str) -> Any:
     return table[key]
 
 
+def _parser_name(value: Any, where: str) -> str:
+    from harness.dashboard import PARSERS
+
+    if value not in PARSERS:
+        raise HarnessError(
+            f"{where}: unknown parser {value!r} (known: {', '.join(sorted(PARSERS))})"
+        )
+    return str(value)
+
+
+def _str_list(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise HarnessError(f"{where}: expected a list of strings", USAGE)
+    return tuple(value)
+
+
 def _choice(value: Any, allowed: tuple[str, ...], where: str) -> str:
     if value not in allowed:
         raise HarnessError(f"{where}: expected one of {', '.join(allowed)}, not {value!r}", USAGE)
@@ -120,6 +137,15 @@ def _str_map(value: Any, where: str) -> dict[str, str]:
 
 
 def parse_pin(data: dict[str, Any], file: Path) -> Pin:
+    try:
+        return _parse_pin(data, file)
+    except HarnessError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise HarnessError(f"{file.name}: malformed pin: {exc!r}", USAGE) from exc
+
+
+def _parse_pin(data: dict[str, Any], file: Path) -> Pin:
     where = file.name
     version = data.get("schema_version")
     if version != PIN_SCHEMA_VERSION:
@@ -138,8 +164,8 @@ def parse_pin(data: dict[str, Any], file: Path) -> Pin:
         description=str(data.get("description", "")),
         file=file,
         source=source,
-        envs=tuple(_need(data, "envs", where)),
-        parser=str(data.get("parser", "lines")),
+        envs=_str_list(_need(data, "envs", where), f"{where} envs"),
+        parser=_parser_name(data.get("parser", "lines"), where),
         build_command=str(_need(build, "command", f"{where} [build]")),
         build_timeout_s=float(build.get("timeout_s", 600)),
         build_env=_str_map(build.get("env", {}), f"{where} [build.env]"),
@@ -147,6 +173,7 @@ def parse_pin(data: dict[str, Any], file: Path) -> Pin:
         build_outputs=tuple(build.get("outputs", ())),
         build_hints=tuple(Hint(h["pattern"], h["hint"]) for h in build.get("hints", [])),
         build_per_env=bool(build.get("per_env", True)),
+        build_env_passthrough=tuple(str(v) for v in build.get("env_passthrough", ())),
         run_command=str(_need(run, "command", f"{where} [run]")),
         run_cwd=_choice(run.get("cwd", "tree"), ("tree", "report"), f"{where} [run] cwd"),
         run_env=_str_map(run.get("env", {}), f"{where} [run.env]"),

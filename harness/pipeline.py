@@ -4,11 +4,12 @@ pin → verify → prepare variant → build → run under the watchdog → clas
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from harness import build as buildmod
 from harness import checks as checksmod
 from harness import classify, dashboard, runner, variants
 from harness import probe as probemod
-from harness.errors import BUILD_FAILED, USAGE, HarnessError
+from harness.errors import BUILD_FAILED, USAGE, HarnessError, Interrupted
 from harness.pin import Pin, Verification, check_env, load_pin, verify_path_source
 from harness.report import Report, new_run_id
 from harness.scenario import RunSettings, Scenario, load_scenario
@@ -160,6 +161,8 @@ def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: classify.S
         outcome.output_tail,
         sigs,
     )
+    if outcome.interrupt_signal:
+        report.verdict.exit_code = 128 + outcome.interrupt_signal
 
 
 def _interrupted_code(outcome: runner.RunOutcome) -> int | None:
@@ -183,10 +186,36 @@ def run_env(opts: RunOptions) -> tuple[Report, int]:
     report.variant = {"spec": opts.variant}
     report.pin = {"name": pin.name, "file": str(pin.file), "source": vars(pin.source)}
     report.save("pin")
-    try:
+    with finishing(report):
         return _run_env_stages(opts, scenario, pin, settings, report)
+
+
+@contextlib.contextmanager
+def finishing(report: Report) -> Iterator[None]:
+    """Whatever ends a run early (a usage error, a missing tool, a signal, a harness bug)
+    leaves a finished report that says so, not one stuck at status "running"."""
+    try:
+        yield
     except HarnessError as exc:
         report.notes.append(exc.message)
+        if exc.exit_code == BUILD_FAILED and report.verdict is None:
+            report.verdict = classify.Verdict(
+                "build-failed",
+                f"build failed: {exc.message}",
+                evidence=[exc.message],
+                exit_code=BUILD_FAILED,
+            )
+        report.finish("failed")
+        raise
+    except Interrupted as exc:
+        report.notes.append(f"interrupted by signal {exc.signum} at stage {report.stage}")
+        report.verdict = report.verdict or classify.Verdict(
+            "interrupted", f"interrupted at stage {report.stage}", exit_code=128 + exc.signum
+        )
+        report.finish("interrupted")
+        raise
+    except Exception as exc:
+        report.notes.append(f"harness error: {exc!r}")
         report.finish("failed")
         raise
 
@@ -270,7 +299,7 @@ def _run_env_stages(
         report.finish()
         return report, BUILD_FAILED
     steps = opts.steps if opts.steps is not None else settings.steps
-    argv = shlex.split(pin.render_run(settings.upstream_env, steps, built.tree))
+    argv = shlex.split(pin.render_run(settings.upstream_env, steps, shlex.quote(str(built.tree))))
     argv += list(settings.args) + opts.trainer_args
     overrides = {**pin.run_env, **settings.env, **opts.trainer_env}
     run_dir = built.tree
@@ -350,7 +379,10 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
         parser=opts.parser,
         log_path=report.artifact("output.log"),
     )
-    outcome = runner.run_watched(spec, limits, opts.sampling, echo=sys.stderr if opts.tee else None)
+    with finishing(report):
+        outcome = runner.run_watched(
+            spec, limits, opts.sampling, echo=sys.stderr if opts.tee else None
+        )
     _record_outcome(report, outcome, classify.load_signatures())
     interrupted = _interrupted_code(outcome)
     report.finish("interrupted" if interrupted else "complete")
@@ -381,10 +413,19 @@ def compare_variants(
 ) -> tuple[list[CompareRow], bool, str]:
     """Run the scenario once per variant. The fix is confirmed when the first variant (the
     baseline, normally stock) fails and every other variant passes."""
+    pin = load_pin(opts.pin or default_pin(opts.checkout))
+    for spec in variant_specs:  # a typo in the last variant fails now, not after the others
+        variants.parse_variant(spec, pin)
     rows: list[CompareRow] = []
     for spec in variant_specs:
         sub = RunOptions(**{**vars(opts), "variant": spec})
-        report, code = run_env(sub)
+        try:
+            report, code = run_env(sub)
+        except HarnessError as exc:  # this variant could not run: a row, not an abort
+            rows.append(
+                CompareRow(spec, "error", None, None, None, None, [exc.message], exc.exit_code, "")
+            )
+            continue
         v = report.verdict
         last = report.progress.get("last_metrics") or {}
         rows.append(
@@ -403,7 +444,9 @@ def compare_variants(
         if code >= 128:  # interrupted: stop comparing
             break
     base, rest = rows[0], rows[1:]
-    confirmed = base.kind != "pass" and bool(rest) and all(r.kind == "pass" for r in rest)
+    # the baseline must reproduce a failure (not merely fail to build or run)
+    reproduced = base.kind in ("hang", "crash", "error-exit", "check-failed")
+    confirmed = reproduced and bool(rest) and all(r.kind == "pass" for r in rest)
     if confirmed:
         why = (
             f"fix confirmed: {base.variant} → {base.kind}"
@@ -413,6 +456,10 @@ def compare_variants(
         )
     elif base.kind == "pass":
         why = f"not confirmed: the baseline {base.variant} passes (nothing to fix here)"
+    elif not reproduced:
+        why = (
+            f"not confirmed: the baseline {base.variant} did not reproduce a failure ({base.kind})"
+        )
     else:
         bad = [f"{r.variant} → {r.kind}" for r in rest if r.kind != "pass"]
         why = "not confirmed: " + ", ".join(bad or ["no fix variant given"])
@@ -456,7 +503,11 @@ def check_saved(opts: CheckOptions) -> tuple[list[checksmod.CheckResult], str]:
     assert isinstance(command, dict)
     steps = opts.steps if opts.steps is not None else command.get("steps")
     text = log.read_bytes().decode("utf-8", "replace") if log.is_file() else ""
-    frames = [f for f in dashboard.parse_text(opts.parser or pin.parser, text) if f.complete]
+    try:
+        parsed = dashboard.parse_text(opts.parser or pin.parser, text)
+    except ValueError as exc:  # an unknown --parser
+        raise HarnessError(str(exc), USAGE) from exc
+    frames = [f for f in parsed if f.complete]
     argv = [str(a) for a in command.get("argv", [])]
     build = saved.get("build") if isinstance(saved.get("build"), dict) else {}
     assert isinstance(build, dict)

@@ -57,6 +57,10 @@ def compile_driver(pin: Pin, tree: Path, env: str, out: Path) -> Path:
     argv += [f"-I{tree / inc}" for inc in spec.get("include", [])]
     argv += [str(source), "-o", str(binary), "-lm"]
     res = proctree.run_tool(argv, timeout=COMPILE_TIMEOUT_S, cwd=out)
+    if res.error:
+        raise HarnessError(
+            f"cannot run the C compiler for the reward probe: {res.error}", BUILD_FAILED
+        )
     if res.returncode != 0:
         first = (res.stderr or res.stdout or "timed out").strip().splitlines()[0]
         raise HarnessError(

@@ -55,6 +55,13 @@ class KillReport:
     reaped: list[int] = field(default_factory=list)
 
 
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _reap(pids: Iterable[int]) -> list[int]:
     reaped = []
     for pid in pids:
@@ -99,7 +106,7 @@ def kill_tree(
         report.reaped += _reap(known)
         psutil.wait_procs(alive, timeout=0.5)
         report.reaped += _reap(known)
-        remaining = [p for p in session_members(sid) if p.status() != psutil.STATUS_ZOMBIE]
+        remaining = [p for p in session_members(sid) if _alive(p)]
         if not remaining or time.monotonic() > deadline:
             report.leftover = [p.pid for p in remaining]
             return report

@@ -74,8 +74,7 @@ def fetch_sdist(pin: Pin) -> Path:
 
 
 def verify_sdist(pin: Pin) -> tuple[Verification, Path]:
-    """Fetch and hash-check the sdist. A mismatch deletes the download (a re-fetch may heal
-    a torn file) and is drift; an unpinned hash is unverified."""
+    """Fetch and hash-check the sdist. A mismatch is drift; an unpinned hash is unverified."""
     path = fetch_sdist(pin)
     actual = sha256_file(path)
     v = Verification("unchecked", f"PyPI {pin.source.package}=={pin.source.version} ({path})")
@@ -86,10 +85,10 @@ def verify_sdist(pin: Pin) -> tuple[Verification, Path]:
     elif actual == pin.source.sha256:
         v.status = "verified"
     else:
-        path.unlink(missing_ok=True)
-        v.status = "drift"
+        v.status = "drift"  # kept: --allow-drift may still use it; deleting re-downloads
         v.notes.append(
-            f"sha256 of {pin.source.filename} is {actual}, the pin says {pin.source.sha256}"
+            f"sha256 of {pin.source.filename} is {actual}, the pin says {pin.source.sha256} "
+            f"(delete {path} to download it again)"
         )
     return v, path
 

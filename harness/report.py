@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -258,18 +259,18 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
     table.add_column()
     table.add_row("verdict", f"[{KIND_STYLE.get(kind, 'bold')}]{kind}[/]")
     if v is not None:
-        table.add_row("summary", v.summary)
+        table.add_row("summary", escape(v.summary))
         if v.mechanism:
             table.add_row("mechanism", v.mechanism)
         if v.location:
-            table.add_row("location", v.location)
+            table.add_row("location", escape(v.location))
         if v.location_frames:
-            table.add_row("frames", " → ".join(v.location_frames[-6:]))
+            table.add_row("frames", escape(" → ".join(v.location_frames[-6:])))
     table.add_row(
         "pin", f"{r.pin.get('name', '-')} ({r.pin.get('verification', {}).get('status', '-')})"
     )
     if r.variant:
-        table.add_row("variant", str(r.variant.get("spec")))
+        table.add_row("variant", escape(str(r.variant.get("spec"))))
     table.add_row("trigger", f"{r.trigger} after {r.timings.get('run_s') or 0:.1f}s")
     last = r.progress.get("last_metrics") or {}
     if last:
@@ -285,11 +286,12 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
         table.add_row("checks", f"{len(r.checks) - len(failed)}/{len(r.checks)} passed{context}")
     if kind == "check-failed":
         for c in failed[:6]:
-            table.add_row("", f"[yellow]✗ {c.name}[/]: observed {c.observed}, bound {c.bound}")
+            detail = escape(f"{c.name}: observed {c.observed}, bound {c.bound}")
+            table.add_row("", f"[yellow]✗[/] {detail}")
         if len(failed) > 6:
             table.add_row("", f"... {len(failed) - 6} more in report.md")
     elif v is not None:
         for line in v.evidence[:6]:
-            table.add_row("", line if len(line) < 200 else line[:197] + "...")
-    table.add_row("report", str(r.directory))
-    console.print(Panel(table, title=f"harness {r.mode}: {r.env or ''}", expand=False))
+            table.add_row("", escape(line if len(line) < 200 else line[:197] + "..."))
+    table.add_row("report", escape(str(r.directory)))
+    console.print(Panel(table, title=escape(f"harness {r.mode}: {r.env or ''}"), expand=False))

@@ -188,10 +188,17 @@ def run_watched(
     proctree.become_subreaper()
     spec.log_path.parent.mkdir(parents=True, exist_ok=True)
     spec.log_path.write_bytes(b"")
+    try:
+        parser = dashboard.get_parser(spec.parser)  # before launch: nothing to clean up yet
+    except ValueError as exc:
+        raise HarnessError(str(exc)) from exc
+    if not spec.cwd.is_dir():
+        raise HarnessError(f"working directory {spec.cwd} does not exist")
+    before = {p.pid for p in proctree.descendants(os.getpid())}
     wall_start = time.time()
     proc, read_fd = _launch(spec)
     start = time.monotonic()
-    pump = _OutputPump(read_fd, spec.log_path, dashboard.get_parser(spec.parser), echo)
+    pump = _OutputPump(read_fd, spec.log_path, parser, echo)
     pump.start()
     dog = Watchdog(limits, start)
     seen: dict[int, psutil.Process] = {}
@@ -237,7 +244,9 @@ def run_watched(
         trigger, reason = Trigger.INTERRUPT, f"the harness received signal {exc.signum}"
         interrupt_signal = exc.signum
     finally:
-        cleanup = proctree.kill_tree(proc, proc.pid, seen.values())
+        # orphans of the trainer that left its session were adopted by us (subreaper)
+        adopted = [p for p in proctree.descendants(os.getpid()) if p.pid not in before]
+        cleanup = proctree.kill_tree(proc, proc.pid, [*seen.values(), *adopted])
         pump.join(timeout=2.0)
         with contextlib.suppress(OSError):
             os.close(read_fd)

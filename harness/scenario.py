@@ -3,6 +3,7 @@ as data. The schema is documented in docs/scenario-schema.md."""
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,14 @@ class Scenario:
                 USAGE,
             )
         merged = {**self.defaults, **self.per_pin[pin]}
+        for key in ("startup_s", "stall_s", "timeout_s"):
+            value = merged.get(key)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise HarnessError(
+                    f"{self.file.name}: {key} for pin {pin} must be a finite number > 0, "
+                    f"not {value!r}",
+                    USAGE,
+                )
         try:
             return RunSettings(
                 steps=int(merged["steps"]),
@@ -102,9 +111,17 @@ def load_scenario(name_or_path: str) -> Scenario:
             description=str(data.get("description", "")),
             file=path,
             defaults=dict(data.get("defaults", {})),
-            per_pin={str(k): dict(v) for k, v in data.get("pin", {}).items()},
+            per_pin={
+                str(k): _table(v, f"{path.name} [pin.{k}]") for k, v in data.get("pin", {}).items()
+            },
             checks=list(data.get("checks", [])),
             raw=data,
         )
-    except (KeyError, TypeError, AttributeError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise HarnessError(f"{path.name}: malformed scenario: {exc}", USAGE) from exc
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise HarnessError(f"{where}: expected a table", USAGE)
+    return dict(value)

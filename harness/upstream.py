@@ -221,18 +221,28 @@ def fetch_checkout(pin: Pin, dest: Path | None = None) -> Path:
     if (target / ".git").exists():
         _git(target, "fetch", "--quiet", "origin", timeout=NETWORK_TIMEOUT_S)
     else:
+        if target.exists() and any(target.iterdir()):
+            raise HarnessError(
+                f"{target} exists and is not a git checkout: choose another --dest", USAGE
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         argv = ["git", "clone", "--quiet"]
         if pin.source.branch:
             argv += ["--branch", pin.source.branch]
-        res = proctree.run_tool([*argv, pin.source.url, str(target)], timeout=NETWORK_TIMEOUT_S)
-        if res.returncode != 0 or res.timed_out:
+        partial = target.with_name(target.name + ".harness-clone")
+        shutil.rmtree(partial, ignore_errors=True)  # ours: a clone that died earlier
+        res = proctree.run_tool([*argv, pin.source.url, str(partial)], timeout=NETWORK_TIMEOUT_S)
+        if res.returncode == 0 and not res.timed_out:
+            if target.exists():
+                target.rmdir()  # empty, checked above
+            partial.rename(target)
+        else:
             why = (
                 "timed out"
                 if res.timed_out
                 else (res.stderr.strip().splitlines() or ["failed"])[-1]
             )
-            shutil.rmtree(target, ignore_errors=True)
+            shutil.rmtree(partial, ignore_errors=True)
             raise HarnessError(f"cannot clone {pin.source.url}: {why} (no network access?)", USAGE)
     commit = pin.source.commit.split(":", 1)[-1]
     if commit:
@@ -263,8 +273,8 @@ def update_pin_file(pin: Pin, root: Path, commit: str | None) -> list[str]:
         if pin.files[rel] != digest:
             changes.append(f"{rel}: {pin.files[rel][:16]} → {digest[:16]}")
         lines.append(f'"{rel}" = "{digest}"')
-    head, sep, _ = text.partition("\n[files]\n")
-    if not sep:
+    head, sep, tail = text.partition("\n[files]\n")
+    if not sep or re.search(r"(?m)^\s*\[", tail):
         raise HarnessError(f"{pin.file.name}: [files] must be the last table to be updated", USAGE)
     comment = "# sha256 of the files that matter; `harness pin update` rewrites this table\n"
     pin.file.write_text(head + sep + comment + "\n".join(lines) + "\n")

@@ -159,12 +159,15 @@ def function_body(text: str, function: str) -> tuple[int, int] | None:
 def _neutralize(text: str, span: tuple[int, int], pragma: re.Pattern[str]) -> tuple[str, list[int]]:
     start, end = span
     lines = text[start:end].split("\n")
+    # which lines are pragmas is decided on the code with comments blanked: a pragma inside
+    # a /* */ comment is not code, and marking it would close that comment early
+    code_lines = _strip_code(text)[start:end].split("\n")
     first_line = text.count("\n", 0, start) + 1
     changed: list[int] = []
     out: list[str] = []
     continuing = False
-    for idx, line in enumerate(lines):
-        if continuing or pragma.match(line):
+    for idx, (line, code) in enumerate(zip(lines, code_lines, strict=True)):
+        if continuing or pragma.match(code):
             changed.append(first_line + idx)
             out.append(MARK + " " + line)
             continuing = line.rstrip().endswith("\\")
@@ -215,6 +218,8 @@ def apply_patch(tree: Path, patch: Path) -> list[str]:
     argv = ["git", "apply", "--whitespace=nowarn", str(patch)]
     env = outside_any_repo(tree)
     check = proctree.run_tool([*argv[:2], "--check", *argv[2:]], timeout=60, cwd=tree, env=env)
+    if check.error:
+        raise HarnessError(f"cannot run git to apply {patch.name}: {check.error}", USAGE)
     if check.returncode != 0:
         first = (check.stderr or check.stdout).strip().splitlines()[:1]
         raise HarnessError(

@@ -19,6 +19,21 @@ class Trigger(StrEnum):
     INTERRUPT = "interrupt"  # the harness itself was interrupted
 
 
+def positive_seconds(text: str) -> float:
+    """argparse type for a time limit: a finite number of seconds above 0 (nan or inf
+    would silently disable the watchdog)."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from exc
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
 @dataclass(frozen=True)
 class Limits:
     wall_s: float

@@ -80,3 +80,15 @@ def test_parse_variant_aliases_and_combinations() -> None:
     assert variants.parse_variant("stock", pin) == []
     with pytest.raises(HarnessError, match="unknown variant 'nope'"):
         variants.parse_variant("nope", pin)
+
+
+def test_pragma_inside_a_comment_is_left_alone(tmp_path: Path) -> None:
+    text = SOURCE.replace(
+        "    const char* s",
+        "    /* was:\n    #pragma omp parallel for\n    */\n    const char* s",
+    )
+    tree = _tree(tmp_path, text)
+    variants.apply_transform(tree, variants.load_transform("omp-free"))
+    out = (tree / "src" / "vecenv.h").read_text()
+    assert "/* was:\n    #pragma omp parallel for\n    */" in out  # the comment is intact
+    assert out.count(variants.MARK) == 3
