@@ -285,15 +285,7 @@ def _iso(t: float) -> str:
 
 
 def _git(root: Path, *args: str, ok: tuple[int, ...] = (0,)) -> proctree.ToolResult:
-    """git with a hard timeout (its session is killed); exit codes outside `ok` are errors."""
-    res = proctree.run_tool(["git", "-C", str(root), *args], timeout=GIT_TIMEOUT_S)
-    if res.timed_out:
-        raise HarnessError(f"git {args[0]} timed out after {GIT_TIMEOUT_S:g}s in {root}", USAGE)
-    if res.returncode not in ok:
-        first = (res.stderr or res.stdout).strip().splitlines()
-        why = first[0] if first else f"exit {res.returncode}"
-        raise HarnessError(f"git {' '.join(args[:2])} failed in {root}: {why}", USAGE)
-    return res
+    return upstream.git_result(root, *args, timeout=GIT_TIMEOUT_S, ok=ok)
 
 
 def resolve(root: Path, rev: str) -> str:

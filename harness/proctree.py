@@ -170,6 +170,9 @@ def run_tool(
     finally:
         if out_file:
             out_file.close()
+    # whatever the tool left running in its session (`cmd &` in a build script) goes too
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
     return ToolResult(
         list(argv),
         code,

@@ -7,6 +7,7 @@ The user's checkout is only ever read: refs are fetched into a harness-owned bar
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -26,16 +27,23 @@ NETWORK_TIMEOUT_S = 600.0
 
 
 def _git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> str:
+    return git_result(root, *args, timeout=timeout).stdout
+
+
+def git_result(
+    root: Path, *args: str, timeout: float = GIT_TIMEOUT_S, ok: tuple[int, ...] = (0,)
+) -> proctree.ToolResult:
+    """git with a hard timeout (its session is killed); exit codes outside `ok` are errors."""
     res = proctree.run_tool(["git", "-C", str(root), *args], timeout=timeout)
     if res.timed_out:
         raise HarnessError(f"git {args[0]} timed out after {timeout:g}s in {root}", USAGE)
-    if res.returncode != 0:
+    if res.returncode not in ok:
         first = (res.error or res.stderr or res.stdout).strip().splitlines()
         raise HarnessError(
             f"git {' '.join(args[:2])} failed in {root}: {first[0] if first else res.returncode}",
             USAGE,
         )
-    return res.stdout
+    return res
 
 
 def open_repo(path: Path) -> git.Repo:
@@ -143,13 +151,20 @@ def export_tree(pin: Pin, root: Path, dest: Path, commit: str | None = None) -> 
 
 def mirror(pin: Pin, root: Path) -> Path:
     """A harness-owned bare clone that borrows the checkout's objects: fetches land here."""
-    path = cache_root() / "repos" / f"{pin.name}.git"
+    key = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
+    path = (
+        cache_root() / "repos" / f"{pin.name}-{key}.git"
+    )  # per checkout: --shared borrows its objects
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
         proctree_res = proctree.run_tool(
-            ["git", "clone", "--bare", "--shared", "--quiet", str(root), str(path)],
+            ["git", "clone", "--bare", "--shared", "--quiet", str(root), str(partial)],
             timeout=GIT_TIMEOUT_S,
         )
+        if proctree_res.returncode == 0:
+            partial.rename(path)
         if proctree_res.returncode != 0:
             raise HarnessError(
                 f"could not make a working clone of {root}: {proctree_res.stderr.strip()}", USAGE
@@ -189,26 +204,23 @@ def ref_applier(pin: Pin, root: Path, base: str | None = None) -> Callable[[Path
             raise HarnessError(
                 f"ref {ref} ({commit[:12]}) adds nothing on top of {start[:12]}", USAGE
             )
-        patch = tree.with_name(tree.name + ".ref.patch")
+        patch = tree.with_name(f"{tree.name}.{ref.replace('/', '_')}.patch")
         patch.write_text(diff)
         try:
-            res = proctree.run_tool(
-                ["git", "apply", "--whitespace=nowarn", str(patch)],
-                timeout=60,
-                cwd=tree,
-                env=variants.outside_any_repo(tree),
-            )
-            if res.returncode != 0:
-                raise HarnessError(
-                    f"ref {ref} does not apply onto {start[:12]}: {res.stderr.strip()}", USAGE
-                )
+            variants.apply_patch(tree, patch)
         finally:
             patch.unlink(missing_ok=True)
         files = [
             ln.split("\t")[-1]
             for ln in _git(repo, "diff", "--numstat", merge_base, commit).splitlines()
         ]
-        return [f"ref {ref} = {commit[:12]} applied onto {start[:12]}: {', '.join(files)}"]
+        note = [f"ref {ref} = {commit[:12]} applied onto {start[:12]}: {', '.join(files)}"]
+        if merge_base != start:  # the ref branched elsewhere: its diff carries that history
+            note.append(
+                f"warning: {ref} branched from {merge_base[:12]}, not from {start[:12]}: the "
+                "applied diff includes every upstream change between them"
+            )
+        return note
 
     return apply
 
