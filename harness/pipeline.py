@@ -492,41 +492,60 @@ def check_saved(opts: CheckOptions) -> tuple[list[checksmod.CheckResult], str]:
         log = target
     else:
         raise HarnessError(f"{target}: no such report folder or output log", USAGE)
-    pin_info = saved.get("pin") if isinstance(saved.get("pin"), dict) else {}
-    assert isinstance(pin_info, dict)
-    pin = load_pin(opts.pin or str(pin_info.get("name") or "replica"))
+    pin_info = _table_of(saved, "pin")
+    pin_file = Path(str(pin_info.get("file", "")))
+    pin_ref = opts.pin or (str(pin_file) if pin_file.is_file() else pin_info.get("name"))
+    pin = load_pin(str(pin_ref or "replica"))
     scenario_name = opts.scenario or (str(saved["env"]) if saved.get("env") else None)
     if scenario_name is None:
         raise HarnessError("a raw output log needs --scenario NAME", USAGE)
     scenario = load_scenario(scenario_name)
-    command = saved.get("command") if isinstance(saved.get("command"), dict) else {}
-    assert isinstance(command, dict)
+    settings = scenario.settings(pin.name)
+    command = _table_of(saved, "command")
     steps = opts.steps if opts.steps is not None else command.get("steps")
     text = log.read_bytes().decode("utf-8", "replace") if log.is_file() else ""
     try:
         parsed = dashboard.parse_text(opts.parser or pin.parser, text)
     except ValueError as exc:  # an unknown --parser
         raise HarnessError(str(exc), USAGE) from exc
-    frames = [f for f in parsed if f.complete]
-    argv = [str(a) for a in command.get("argv", [])]
-    build = saved.get("build") if isinstance(saved.get("build"), dict) else {}
-    assert isinstance(build, dict)
-    tree = Path(str(build.get("tree", "")))
-    if build.get("tree") and tree.is_dir():  # the build still exists: its config files
-        env = str(command.get("env_name") or scenario.settings(pin.name).upstream_env)
-        files = scenario.settings(pin.name).config_files or pin.config_files
-        config, _ = checksmod.resolved_config(tree, tree, env, argv, files, float("inf"))
-    else:
-        config = _config_from_argv(argv)
-    obs = checksmod.observe(frames, None, config, int(steps) if steps else None)
-    results = checksmod.evaluate(scenario.checks, obs, pin.name)
-    return results, f"{len(frames)} frames from {log}"
-
-
-def _config_from_argv(argv: Sequence[str]) -> dict[str, dict[str, str]]:
+    # the same evaluation as the live run: the build's config files and, while they still
+    # exist, the run's own end-of-run logs in its working folder
     nowhere = Path("/nonexistent")
-    config, _ = checksmod.resolved_config(nowhere, nowhere, "", argv, (), float("inf"))
-    return config
+    tree = Path(str(_table_of(saved, "build").get("tree") or nowhere))
+    run_dir = Path(str(command.get("cwd") or nowhere))
+    results, _ = checksmod.run_checks(
+        scenario.checks,
+        pin.name,
+        [f for f in parsed if f.complete],
+        tree,
+        run_dir,
+        settings.upstream_env,
+        [str(a) for a in _list_of(command, "argv")],
+        settings.config_files or pin.config_files,
+        _epoch(saved.get("started_at")),
+        int(str(steps)) if steps else None,
+    )
+    return results, f"{sum(f.complete for f in parsed)} frames from {log}"
+
+
+def _table_of(data: dict[str, object], key: str) -> dict[str, object]:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _list_of(data: dict[str, object], key: str) -> list[object]:
+    value = data.get(key)
+    return value if isinstance(value, list) else []
+
+
+def _epoch(stamp: object) -> float:
+    """A report's started_at as a Unix time; without one, no end-of-run log is trusted."""
+    import datetime
+
+    try:
+        return datetime.datetime.strptime(str(stamp), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        return float("inf")
 
 
 def probe_env(

@@ -1,0 +1,172 @@
+"""Scenario checks (issue 4): the engine on known values, recorded real output, and real
+replica runs with its fault flags."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from harness import checks, dashboard
+from harness.scenario import load_scenario
+from tests.harness_cli import harness
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def frame(**metrics: float) -> dashboard.MetricsFrame:
+    return dashboard.MetricsFrame(0, dict(metrics), {}, 0)
+
+
+def test_range_reports_the_value_and_the_bound() -> None:
+    obs = checks.observe([frame(**{"env/perf": 0.5}), frame(**{"env/perf": 1.5})])
+    [res] = checks.evaluate([{"kind": "range", "key": "env/perf", "min": 0, "max": 1}], obs, "p")
+    assert (res.status, res.observed, res.bound) == ("fail", "[0.5, 1.5]", "[0, 1]")
+    assert res.message == "env/perf = 1.5 outside [0, 1] (1 of 2 values)"
+
+
+def test_required_globs_finite_and_pins_filter() -> None:
+    obs = checks.observe([frame(**{"loss/policy": 0.1, "loss/value": math.nan})])
+    specs = [
+        {"kind": "required", "keys": ["loss/*", "env/*"]},
+        {"kind": "finite", "keys": ["loss/*"]},
+        {"kind": "range", "key": "SPS", "min": 1, "pins": ["other"]},
+    ]
+    got = {r.name: r.status for r in checks.evaluate(specs, obs, "mine")}
+    assert got == {
+        "key loss/* reported": "pass",
+        "key env/* reported": "fail",
+        "loss/* finite": "fail",
+    }
+
+
+def test_steps_reached_counts_whole_epochs() -> None:
+    config = {"vec": {"total_agents": "4096"}, "train": {"horizon": "64"}}
+    obs = checks.observe([frame(agent_steps=786432)], None, config, 1_000_000)
+    spec = {"kind": "steps_reached", "per_epoch": ["vec.total_agents", "train.horizon"]}
+    [res] = checks.evaluate([spec], obs, "p")
+    assert res.status == "pass" and "3 epochs of 262144" in res.bound
+    obs = checks.observe([frame(agent_steps=524288)], None, config, 1_000_000)
+    assert checks.evaluate([spec], obs, "p")[0].status == "fail"
+
+
+def test_recorded_replica_output_passes_its_scenario() -> None:
+    for env in ("breakout", "cartpole"):
+        text = (DATA / f"replica_{env}_fixed.txt").read_text()
+        frames = [f for f in dashboard.parse_text("puffer5", text) if f.complete]
+        assert len(frames) >= 3
+        obs = checks.observe(
+            frames,
+            None,
+            {"train": {"clip_coef": "0.2", "vf_clip_coef": "1", "max_grad_norm": "1.5"}},
+        )
+        results = checks.evaluate(load_scenario(env).checks, obs, "replica")
+        assert [r for r in results if r.status == "fail"] == [], env
+
+
+def test_recorded_pufferlib3_output_passes_its_scenario() -> None:
+    text = (DATA / "puffer3_breakout_cpu.txt").read_text()
+    frames = [f for f in dashboard.parse_text("puffer3", text) if f.complete]
+    assert len(frames) == 64
+    assert frames[10].metrics["epoch"] == 10 and "env/score" in frames[10].metrics
+    obs = checks.observe(
+        frames, None, {"train": {"clip_coef": "0.2", "vf_clip_coef": "0.2", "max_grad_norm": "1.5"}}
+    )
+    results = checks.evaluate(load_scenario("breakout").checks, obs, "pufferlib-3.0.0")
+    assert [r for r in results if r.status == "fail"] == []
+    assert 40_000 < dashboard.measured_sps(frames) < 90_000  # type: ignore[operator]
+
+
+def test_check_command_on_a_saved_log(tmp_path: Path) -> None:
+    res = harness(
+        "check",
+        str(DATA / "replica_breakout_fixed.txt"),
+        "--scenario",
+        "breakout",
+        report_root=tmp_path,
+    )
+    assert res.code == 0, res.stdout
+    assert res.stdout.strip().endswith("checks passed")
+
+
+@pytest.fixture(scope="module")
+def cache_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return {"HARNESS_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+class TestReplicaRuns:
+    def test_too_few_steps_stock_exits_on_uptime(
+        self, tmp_path: Path, cache_env: dict[str, str]
+    ) -> None:
+        res = harness(
+            "run",
+            "breakout",
+            "--steps",
+            "50000",
+            "--env",
+            "REPLICA_CONTEXT=bare",
+            report_root=tmp_path,
+            env=cache_env,
+        )
+        v = res.report["verdict"]
+        assert (res.code, v["kind"]) == (3, "error-exit")
+        assert "missing key [?] uptime" in v["summary"]
+
+    def test_too_few_steps_fixed_fails_epochs(
+        self, tmp_path: Path, cache_env: dict[str, str]
+    ) -> None:
+        res = harness(
+            "run",
+            "breakout",
+            "--variant",
+            "fixed",
+            "--steps",
+            "50000",
+            report_root=tmp_path,
+            env=cache_env,
+        )
+        v = res.report["verdict"]
+        assert (res.code, v["kind"]) == (1, "check-failed")
+        assert v["summary"].startswith("check failed: epochs >= 1")
+
+    def test_out_of_bounds_reward_names_key_value_and_bound(
+        self, tmp_path: Path, cache_env: dict[str, str]
+    ) -> None:
+        res = harness(
+            "run",
+            "breakout",
+            "--variant",
+            "fixed",
+            "--steps",
+            "524288",
+            "--env",
+            "REPLICA_FAULT=reward_oob",
+            report_root=tmp_path,
+            env=cache_env,
+        )
+        assert res.code == 1
+        failed = {c["name"]: c for c in res.report["checks"] if c["status"] == "fail"}
+        perf = failed["env/perf in [0, 1]"]
+        assert perf["bound"] == "[0, 1]" and "env/perf = 1.5" in perf["message"]
+        assert "env/score in [0, 864]" in failed
+
+    def test_dropped_key_and_nan_loss(self, tmp_path: Path, cache_env: dict[str, str]) -> None:
+        res = harness(
+            "run",
+            "breakout",
+            "--variant",
+            "fixed",
+            "--steps",
+            "524288",
+            "--env",
+            "REPLICA_FAULT=drop_key:env/score,nan_loss",
+            report_root=tmp_path,
+            env=cache_env,
+        )
+        assert res.code == 1
+        failed = {c["name"] for c in res.report["checks"] if c["status"] == "fail"}
+        assert "key env/score reported" in failed
+        assert "losses finite" in failed
