@@ -31,7 +31,7 @@ from harness.errors import BISECT_SKIP, INTERRUPTED_BASE, USAGE, HarnessError, I
 from harness.pin import Pin, check_env, load_pin
 from harness.report import Report, atomic_write, new_run_id
 from harness.scenario import load_scenario
-from harness.watchdog import positive_seconds
+from harness.watchdog import add_limit_options
 
 SCHEMA_VERSION = 1
 GOOD, BAD, SKIP = "good", "bad", "skip"
@@ -791,26 +791,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", help="scenario name or path (default: the env's)")
     p.add_argument("--variant", default="stock", help="variant built at every step")
     p.add_argument("--steps", type=int, help="total timesteps for the trainer")
-    p.add_argument("--timeout", type=positive_seconds, help="wall-clock limit per run (s)")
-    p.add_argument(
-        "--startup", type=positive_seconds, help="seconds allowed before the first progress"
-    )
-    p.add_argument("--stall", type=positive_seconds, help="seconds allowed without new progress")
-    p.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="env_vars",
-        help="environment variable for the trainer (repeatable)",
-    )
-    p.add_argument(
-        "--arg",
-        action="append",
-        default=[],
-        dest="trainer_args",
-        help="extra trainer argument, e.g. --arg=--vec.num-buffers=1 (repeatable)",
-    )
+    add_limit_options(p, per=" per run")
+    runner.add_trainer_options(p, "trainer")
     p.add_argument(
         "--expect",
         choices=list(EXPECTS),

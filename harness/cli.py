@@ -18,7 +18,7 @@ from types import FrameType
 
 from harness import __version__, pipeline, runner
 from harness.errors import BUILD_FAILED, USAGE, HarnessError, Interrupted
-from harness.watchdog import positive_seconds
+from harness.watchdog import add_limit_options, positive_seconds
 
 INTERNAL_ERROR = 70
 
@@ -32,20 +32,9 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(USAGE)
 
 
-def _add_watch_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--timeout", type=positive_seconds, help="wall-clock limit in seconds")
-    p.add_argument(
-        "--startup", type=positive_seconds, help="seconds allowed before the first progress"
-    )
-    p.add_argument("--stall", type=positive_seconds, help="seconds allowed without new progress")
-    p.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="env_vars",
-        help="environment variable for the command (repeatable)",
-    )
+def _add_watch_options(p: argparse.ArgumentParser, trainer_args: bool = True) -> None:
+    add_limit_options(p)
+    runner.add_trainer_options(p, "command", args=trainer_args)
     p.add_argument(
         "--report-dir",
         type=Path,
@@ -93,27 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="build and run an env under the watchdog")
     run.add_argument("env", help="env / scenario name (scenarios/<env>.toml)")
-    run.add_argument(
-        "--pin", help="upstream pin (default: pufferlib-5.0 with a checkout, else replica)"
-    )
     run.add_argument("--scenario", help="scenario name or path (default: the env's)")
-    run.add_argument(
-        "--variant",
-        default="stock",
-        help="stock | omp-free | patch:FILE | ref:REF | env:K=V | alias, joined with +",
-    )
     run.add_argument("--steps", type=int, help="total timesteps for the trainer")
-    run.add_argument("--checkout", type=Path, help="upstream checkout (git pins)")
-    run.add_argument(
-        "--allow-drift", action="store_true", help="run even if the source drifted from the pin"
-    )
-    run.add_argument(
-        "--arg",
-        action="append",
-        default=[],
-        dest="trainer_args",
-        help="extra trainer argument, e.g. --arg=--vec.num-buffers=1 (repeatable)",
-    )
+    _add_source_options(run)
     _add_watch_options(run)
 
     build = sub.add_parser("build", help="prepare and build an env's variant (cached)")
@@ -172,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     watch = sub.add_parser("watch", help="watch any command: harness watch [options] -- CMD ...")
     watch.add_argument("--parser", default="lines", help="progress parser: lines, puffer5, puffer3")
     watch.add_argument("--cwd", type=Path, default=Path("."))
-    _add_watch_options(watch)
+    _add_watch_options(watch, trainer_args=False)
     watch.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
     return parser
 

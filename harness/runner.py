@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import psutil
 
@@ -274,6 +274,26 @@ def run_watched(
         sampling_s=sampling_s,
         cleanup=cleanup,
     )
+
+
+def add_trainer_options(parser: Any, what: str = "trainer", args: bool = True) -> None:
+    """--env KEY=VALUE (and --arg=ARG), shared by run, watch, compare and bisect."""
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="env_vars",
+        help=f"environment variable for the {what} (repeatable)",
+    )
+    if args:
+        parser.add_argument(
+            "--arg",
+            action="append",
+            default=[],
+            dest="trainer_args",
+            help="extra trainer argument, e.g. --arg=--vec.num-buffers=1 (repeatable)",
+        )
 
 
 def command_env(

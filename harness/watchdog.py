@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class Trigger(StrEnum):
@@ -32,6 +33,17 @@ def positive_seconds(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
     return value
+
+
+def add_limit_options(parser: Any, per: str = "") -> None:
+    """--timeout / --startup / --stall, shared by run, watch, compare and bisect."""
+    parser.add_argument("--timeout", type=positive_seconds, help=f"wall-clock limit{per} (s)")
+    parser.add_argument(
+        "--startup", type=positive_seconds, help="seconds allowed before the first progress"
+    )
+    parser.add_argument(
+        "--stall", type=positive_seconds, help="seconds allowed without new progress"
+    )
 
 
 @dataclass(frozen=True)
