@@ -195,8 +195,8 @@ class Located:
 
 def _locate(stack: ThreadStack, sigs: Signatures) -> Located | None:
     frames = stack.frames
-    for sig in sigs.own:
-        for i, frame in enumerate(frames):
+    for i, frame in enumerate(frames):  # the innermost frame that a named location matches
+        for sig in sigs.own:
             if sig.matches(frame):
                 return Located(sig.name, i, True)
     for i, frame in enumerate(frames):

@@ -5,11 +5,19 @@ reuse that build (the cache is the user's, so CI on the same machine reuses it t
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from tests.harness_cli import harness, tree_is_gone
+from tests.harness_cli import ROOT, harness, tree_is_gone
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(1800)]
 PIN = ("--pin", "pufferlib-3.0.0")
@@ -71,3 +79,63 @@ def test_stuck_final_evaluation_is_a_spin_located_by_py_spy(tmp_path: Path, buil
     assert any("py-spy" in line for line in v["evidence"])
     assert report["samples"]["tools"]["py-spy"] == "used"
     assert tree_is_gone(report["exit"]["pid"])
+
+
+def test_dead_worker_leaves_main_spinning_in_recv(tmp_path: Path, built: None) -> None:
+    # a real trigger: with the Multiprocessing backend the main process busy-waits on its
+    # forked workers' shared-memory flags and never checks that they are alive; SIGKILL one
+    # worker mid-run and the trainer spins forever in Multiprocessing.recv
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        "breakout",
+        *PIN,
+        "--steps",
+        "2000000",
+        "--arg=--vec.backend=Multiprocessing",
+        "--arg=--vec.num-workers=2",
+        "--stall",
+        "20",
+        "--timeout",
+        "240",
+        "--report-dir",
+        str(tmp_path),
+        "--json",
+    ]
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        worker = _wait_for_worker(proc.pid, tmp_path, frames=3, timeout=180)
+        worker.kill()
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    report = json.loads(out)
+    v = report["verdict"]
+    assert proc.returncode == 2, v
+    assert (v["kind"], v["mechanism"], v["location"]) == ("hang", "spin", "Multiprocessing.recv")
+    python_stacks = {s["pid"] for s in report["samples"]["stacks"] if s["python"]}
+    assert len(python_stacks) >= 2, "py-spy stacks of the main process and the live worker"
+    assert tree_is_gone(report["exit"]["pid"])
+
+
+def _wait_for_worker(
+    harness_pid: int, reports: Path, frames: int, timeout: float
+) -> psutil.Process:
+    """A forked env worker of the trainer, once the trainer has shown `frames` epochs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        logs = list(reports.glob("*/output.log"))
+        if logs and logs[0].read_bytes().count(b"\x1b[0;0H") > frames:
+            tree = psutil.Process(harness_pid).children(recursive=True)
+            trainers = [p for p in tree if "puffer" in " ".join(p.cmdline())]
+            workers = [c for t in trainers for c in t.children() if c in trainers]
+            if workers:
+                return workers[0]
+        time.sleep(0.5)
+    pytest.fail("the trainer never started its workers and epochs")
