@@ -712,8 +712,13 @@ def _collect_stacks(
         procs = procs[:MAX_STACK_PROCESSES]
     if not procs or (plan.native is None and plan.python is None):
         return
-    with ThreadPoolExecutor(max_workers=min(STACK_WORKERS, len(procs))) as pool:
+    pool = ThreadPoolExecutor(max_workers=min(STACK_WORKERS, len(procs)))
+    try:
         outcomes = list(pool.map(lambda p: _collect_process(p, plan, own_roots), procs))
+    finally:
+        # an interrupted harness must not wait for every running gdb/py-spy to finish: the
+        # caller kills the traced tree next, which ends those tools too
+        pool.shutdown(wait=False, cancel_futures=True)
     for o in outcomes:  # tree order, whatever order the workers finished in
         result.stacks.extend(o.stacks)
         result.notes.extend(o.notes)
