@@ -31,7 +31,8 @@ fi
 stamp=.venv/.harness-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  # (this pip's site configuration may name index folders that do not exist: quiet them)
+  .venv/bin/python -m pip install -q -e '.[dev]' 2> >(grep -v 'is ignored: it is neither' >&2)
   touch "$stamp"
 fi
 echo "setup: ready ($(.venv/bin/harness --version); gcc $(gcc -dumpversion); $(gdb --version | head -1))"

@@ -9,6 +9,7 @@ own functions that locate a hang (signatures). See docs/pin-schema.md.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -23,8 +24,10 @@ UNVERIFIED = "UNVERIFIED"  # prefix of a value that has not been read from a rea
 
 
 def project_root() -> Path:
-    """The repository root: the folder holding upstream_pin/ and scenarios/."""
-    return Path(__file__).resolve().parent.parent
+    """The folder holding upstream_pin/ and scenarios/: this checkout (the harness is
+    installed editable by setup.sh), or HARNESS_ROOT for an installed copy."""
+    env = os.environ.get("HARNESS_ROOT")
+    return Path(env).resolve() if env else Path(__file__).resolve().parent.parent
 
 
 def pin_dir() -> Path:
