@@ -31,8 +31,12 @@ fi
 stamp=.venv/.harness-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  # (this pip's site configuration may name index folders that do not exist: quiet them)
-  .venv/bin/python -m pip install -q -e '.[dev]' 2> >(grep -v 'is ignored: it is neither' >&2)
+  # the install log is kept and shown only on failure (build backends are chatty)
+  if ! .venv/bin/python -m pip install -e '.[dev]' >.venv/pip-install.log 2>&1; then
+    grep -v 'is ignored: it is neither' .venv/pip-install.log | tail -40 >&2
+    echo "setup: pip install failed (full log: .venv/pip-install.log)" >&2
+    exit 1
+  fi
   touch "$stamp"
 fi
 echo "setup: ready ($(.venv/bin/harness --version); gcc $(gcc -dumpversion); $(gdb --version | head -1))"
