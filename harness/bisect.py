@@ -888,22 +888,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m harness.bisect bisect|bisect-step …`: the same commands as the harness CLI."""
-    parser = argparse.ArgumentParser(prog="harness")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_parsers(sub)
-    args = parser.parse_args(argv)
-    from harness.cli import _install_signal_handlers  # lazy: the CLI imports this module
+    """`python -m harness.bisect …` is the harness CLI (one set of error and signal rules)."""
+    from harness.cli import main as cli_main  # lazy: the CLI imports this module
 
-    _install_signal_handlers()
-    try:
-        return COMMANDS[args.command](args)
-    except HarnessError as exc:
-        print(f"harness: error: {exc.message}", file=sys.stderr)
-        return exc.exit_code
-    except Interrupted as exc:
-        print(f"harness: interrupted by signal {exc.signum}", file=sys.stderr)
-        return INTERRUPTED_BASE + exc.signum
+    return cli_main(argv)
 
 
 if __name__ == "__main__":

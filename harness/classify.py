@@ -35,16 +35,6 @@ CRASH_SIGNALS = {
     signal.SIGKILL,
 }
 
-KIND_EXIT_CODES = {
-    "pass": errors.PASS,
-    "check-failed": errors.CHECK_FAILED,
-    "hang": errors.HANG,
-    "crash": errors.CRASH,
-    "error-exit": errors.CRASH,
-    "build-failed": errors.BUILD_FAILED,
-    "timeout-progressing": errors.TIMEOUT_PROGRESSING,
-}
-
 
 @dataclass
 class Verdict:

@@ -119,3 +119,10 @@ def spawn() -> Iterator[Callable[..., Spawned]]:
 @pytest.fixture(scope="session")
 def python_exe() -> str:
     return sys.executable
+
+
+@pytest.fixture(scope="module")
+def cache_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A per-module build cache for `harness` subprocesses: builds are real, shared by the
+    tests of one module, and never touch the user's cache."""
+    return {"HARNESS_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}

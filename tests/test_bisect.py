@@ -250,11 +250,7 @@ def test_classification_rules() -> None:
 
 
 def step_command() -> list[str]:
-    """`harness bisect-step` once the CLI has it; until then the module's own entry point."""
-    from harness import cli
-
-    module = "harness" if "bisect-step" in cli.COMMANDS else "harness.bisect"
-    return [sys.executable, "-m", module, "bisect-step"]
+    return [sys.executable, "-m", "harness", "bisect-step"]
 
 
 @pytest.mark.slow

@@ -90,11 +90,6 @@ def test_check_command_on_a_saved_log(tmp_path: Path) -> None:
     assert res.stdout.strip().endswith("checks passed")
 
 
-@pytest.fixture(scope="module")
-def cache_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    return {"HARNESS_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 class TestReplicaRuns:

@@ -16,11 +16,6 @@ pytestmark = [pytest.mark.timeout(300)]
 REPLICA = pin_dir() / "replica"
 
 
-@pytest.fixture(scope="module")
-def cache_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    return {"HARNESS_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
-
-
 def copy_of_replica(tmp_path: Path) -> Path:
     """A pin file named `replica` whose source is a private copy of the replica."""
     src = tmp_path / "replica-src"

@@ -15,12 +15,6 @@ from tests.harness_cli import harness, tree_is_gone
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def cache_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A per-module build cache: builds are real, and shared by the tests of this module."""
-    return {"HARNESS_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
-
-
 def test_stock_replica_hangs_in_env_start(tmp_path: Path, cache_env: dict[str, str]) -> None:
     res = harness(
         "run", "breakout", "--timeout", "60", "--startup", "8", report_root=tmp_path, env=cache_env
