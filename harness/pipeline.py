@@ -184,7 +184,12 @@ def run_env(opts: RunOptions) -> tuple[Report, int]:
     report.directory = opts.report_dir / report.run_id
     report.limits = vars(limits_for(opts, settings))
     report.variant = {"spec": opts.variant}
-    report.pin = {"name": pin.name, "file": str(pin.file), "source": vars(pin.source)}
+    report.pin = {
+        "name": pin.name,
+        "file": str(pin.file),
+        "source": vars(pin.source),
+        "variants": dict(pin.variants),
+    }
     report.save("pin")
     with finishing(report):
         return _run_env_stages(opts, scenario, pin, settings, report)

@@ -243,6 +243,25 @@ def render_junit(r: Report) -> str:
     return str(to_xml_report_string([TestSuite(f"harness-{r.run_id}", cases)]))
 
 
+def _next_step(r: Report, kind: str) -> str:
+    """One thing the reader can do now with what this run found."""
+    where = r.directory
+    if kind == "hang" and "fixed" in r.pin.get("variants", {}):
+        return (
+            f"stacks: {where / 'stacks.txt'}; does the fix help? "
+            f"harness compare {r.env} --variants {r.variant.get('spec', 'stock')},fixed"
+        )
+    if kind == "hang":
+        return f"every thread's stack: {where / 'stacks.txt'}"
+    if kind in ("crash", "error-exit"):
+        return f"the command's whole output: {where / 'output.log'}"
+    if kind == "check-failed":
+        return f"every check with its observed value and bound: {where / 'report.md'}"
+    if kind == "build-failed" and r.build:
+        return f"the build log: {r.build.get('log_path')}"
+    return ""
+
+
 def _short(x: float) -> str:
     for limit, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
         if abs(x) >= limit:
@@ -294,4 +313,7 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
         for line in v.evidence[:6]:
             table.add_row("", escape(line if len(line) < 200 else line[:197] + "..."))
     table.add_row("report", escape(str(r.directory)))
+    hint = _next_step(r, kind)
+    if hint:
+        table.add_row("next", escape(hint))
     console.print(Panel(table, title=escape(f"harness {r.mode}: {r.env or ''}"), expand=False))
