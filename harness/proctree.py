@@ -108,8 +108,24 @@ def kill_tree(
         report.reaped += _reap(known)
         remaining = [p for p in session_members(sid) if _alive(p)]
         if not remaining or time.monotonic() > deadline:
+            report.reaped += _reap_late_orphans(known)
             report.leftover = [p.pid for p in remaining]
             return report
+
+
+def _reap_late_orphans(known: Iterable[int], wait_s: float = 1.0) -> list[int]:
+    """A grandchild killed together with its parent is re-parented to us (the subreaper)
+    only once that parent is gone, possibly after the reaping above: wait briefly until
+    every known pid has been reaped, by us or by whoever is its parent now."""
+    pids = set(known)
+    reaped: list[int] = []
+    until = time.monotonic() + wait_s
+    while pids and time.monotonic() < until:
+        reaped += _reap(pids)
+        pids = {pid for pid in pids if psutil.pid_exists(pid)}
+        if pids:
+            time.sleep(0.02)
+    return reaped
 
 
 @dataclass
