@@ -4,6 +4,7 @@ tool hanging, target exiting mid-sample)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -89,12 +90,29 @@ def path_with(tmp_path: Path, *tools: str) -> str:
 
 @needs_gdb
 @pytest.mark.timeout(60)
+def settle_blocked(pid: int, names: tuple[str, ...], timeout: float = 5.0) -> None:
+    """Wait until the named threads sleep: "holds" is printed a moment before a thread
+    reaches its blocking lock, and a snapshot in that moment sees it still running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = {}
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                name = (task / "comm").read_text().strip()
+                states[name] = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        if all(states.get(n) == "S" for n in names):
+            return
+        time.sleep(0.02)
+    pytest.fail(f"threads {names} never blocked: {states}")
+
+
 def test_mutex_deadlock_blocked_threads_and_gdb_stacks(
     spawn: Spawn, c_program: Callable[[str], Path], programs_dir: Path
 ) -> None:
     p = spawn([c_program("mutex_deadlock")])
     p.expect("transfer_a_to_b holds")
     p.expect("transfer_b_to_a holds")
+    settle_blocked(p.pid, ("xfer_a_to_b", "xfer_b_to_a"))
     s = sample(p.pid, own_roots=[str(programs_dir)])
 
     assert s.tools == {"gdb": "used"}, s.notes
