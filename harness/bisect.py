@@ -25,13 +25,15 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from harness import __version__, pipeline, proctree, runner, upstream, variants
+from harness import __version__, pipeline, upstream, variants
 from harness.build import cache_root
 from harness.errors import BISECT_SKIP, INTERRUPTED_BASE, USAGE, HarnessError, Interrupted
+from harness.execute import runner
+from harness.execute.watchdog import add_limit_options
 from harness.pin import Pin, check_env, load_pin
+from harness.process import tools
 from harness.report import Report, atomic_write, new_run_id
 from harness.scenario import load_scenario
-from harness.watchdog import add_limit_options
 
 SCHEMA_VERSION = 1
 GOOD, BAD, SKIP = "good", "bad", "skip"
@@ -284,7 +286,7 @@ def _iso(t: float) -> str:
 # ---------------------------------------------------------------- git
 
 
-def _git(root: Path, *args: str, ok: tuple[int, ...] = (0,)) -> proctree.ToolResult:
+def _git(root: Path, *args: str, ok: tuple[int, ...] = (0,)) -> tools.ToolResult:
     return upstream.git_result(root, *args, timeout=GIT_TIMEOUT_S, ok=ok)
 
 

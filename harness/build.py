@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
-from harness import proctree
 from harness.errors import BUILD_FAILED, HarnessError
 from harness.pin import Pin
+from harness.process import tools
 
 MARKER = ".harness-build.json"
 IGNORED_NAMES = {".git", "logs", "checkpoints", "__pycache__", MARKER, ".harness-lock"}
@@ -99,7 +99,7 @@ def tree_hash(tree: Path, skip: frozenset[str] = frozenset()) -> str:
 def tool_version(tool: str) -> str:
     if shutil.which(tool) is None:
         return "missing"
-    res = proctree.run_tool([tool, "--version"], timeout=20)
+    res = tools.run_tool([tool, "--version"], timeout=20)
     text = [ln.strip() for ln in (res.stdout or res.stderr).splitlines() if ln.strip()]
     # nvcc's first line never changes ("nvcc: NVIDIA (R) Cuda compiler driver"): prefer the
     # line that carries the release/version number
@@ -219,7 +219,7 @@ def build(prepared: Path, pin: Pin, env: str, extra_env: Mapping[str, str]) -> B
         shutil.rmtree(final, ignore_errors=True)
         prepared.rename(final)
         start = time.monotonic()
-        res = proctree.run_tool(
+        res = tools.run_tool(
             ["bash", "-c", command],
             timeout=pin.build_timeout_s,
             cwd=final,

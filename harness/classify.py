@@ -17,8 +17,8 @@ from importlib import resources
 from typing import Any
 
 from harness import errors
+from harness.execute.watchdog import Trigger
 from harness.sampler import Frame, SampleSet, ThreadStack
-from harness.watchdog import Trigger
 
 BUSY_FRACTION = 0.5  # a thread using at least half a core between snapshots is busy
 # ... and so is one that was runnable (R) in every snapshot and got CPU: on a loaded machine

@@ -16,9 +16,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
-from harness import __version__, pipeline, runner
+from harness import __version__, pipeline
 from harness.errors import BUILD_FAILED, USAGE, HarnessError, Interrupted
-from harness.watchdog import add_limit_options, positive_seconds
+from harness.execute import runner
+from harness.execute.watchdog import add_limit_options, positive_seconds
 
 INTERNAL_ERROR = 70
 

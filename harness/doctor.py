@@ -2,7 +2,7 @@
 inside a hang here (OpenMP, the libgomp fork hazard, ptrace, py-spy, NVML, CUDA, cgroups)?
 
 Every probe is bounded by a timeout and guarded: one that fails or raises never stops the
-others. Every external command goes through `proctree.run_tool` (own session, hard
+others. Every external command goes through `tools.run_tool` (own session, hard
 timeout, whole group killed); the few long-lived targets we start ourselves (a process to
 attach to) are killed and reaped in a `finally`.
 """
@@ -31,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness import proctree
+from harness.process import tools
 
 STATUSES = ("ok", "warn", "fail", "skip")
 SCHEMA = "harness-doctor/1"
@@ -103,8 +103,8 @@ class _Ctx:
             found = str(candidate) if os.access(candidate, os.X_OK) else None
         return found
 
-    def run(self, argv: Sequence[str], timeout: float | None = None) -> proctree.ToolResult:
-        return proctree.run_tool(argv, timeout or self.timeout_s, env=self.env)
+    def run(self, argv: Sequence[str], timeout: float | None = None) -> tools.ToolResult:
+        return tools.run_tool(argv, timeout or self.timeout_s, env=self.env)
 
 
 # ----------------------------------------------------------------------------- driver
@@ -370,7 +370,7 @@ def _probe_openmp_fork(ctx: _Ctx) -> Probe:
     return _judge_fork(res, runtime, limit)
 
 
-def _judge_fork(res: proctree.ToolResult, runtime: str, limit: float) -> Probe:
+def _judge_fork(res: tools.ToolResult, runtime: str, limit: float) -> Probe:
     out = res.stdout
     if res.timed_out or "child-hung" in out:
         where = re.search(r"child-state=(\S) wchan=(\S+)", out)
@@ -500,7 +500,7 @@ def _probe_nvml(ctx: _Ctx) -> Probe:
         "PYTHONPATH": os.pathsep.join(filter(None, [root, ctx.env.get("PYTHONPATH")])),
     }
     code = "from harness.doctor import nvml_report; nvml_report()"
-    res = proctree.run_tool([sys.executable, "-c", code], ctx.timeout_s, env=env)
+    res = tools.run_tool([sys.executable, "-c", code], ctx.timeout_s, env=env)
     if res.timed_out:
         return Probe("", "warn", f"NVML did not answer within {ctx.timeout_s:g}s")
     try:
@@ -750,7 +750,7 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _why(res: proctree.ToolResult) -> str:
+def _why(res: tools.ToolResult) -> str:
     """One line saying how a tool run ended."""
     if res.timed_out:
         return f"timed out after {res.duration_s:.1f}s"

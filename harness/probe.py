@@ -15,10 +15,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from harness import proctree
 from harness.checks import CheckResult
 from harness.errors import BUILD_FAILED, USAGE, HarnessError
 from harness.pin import Pin
+from harness.process import tools
 
 COMPILE_TIMEOUT_S = 120.0
 RUN_TIMEOUT_S = 300.0
@@ -56,7 +56,7 @@ def compile_driver(pin: Pin, tree: Path, env: str, out: Path) -> Path:
     argv = [shutil.which("gcc") or "gcc", "-O2", "-g", f'-DENV_HEADER="{header}"', f"-I{tree}"]
     argv += [f"-I{tree / inc}" for inc in spec.get("include", [])]
     argv += [str(source), "-o", str(binary), "-lm"]
-    res = proctree.run_tool(argv, timeout=COMPILE_TIMEOUT_S, cwd=out)
+    res = tools.run_tool(argv, timeout=COMPILE_TIMEOUT_S, cwd=out)
     if res.error:
         raise HarnessError(
             f"cannot run the C compiler for the reward probe: {res.error}", BUILD_FAILED
@@ -70,9 +70,7 @@ def compile_driver(pin: Pin, tree: Path, env: str, out: Path) -> Path:
 
 
 def run_driver(binary: Path, num_envs: int, steps: int, seed: int) -> dict[str, Any]:
-    res = proctree.run_tool(
-        [str(binary), str(num_envs), str(steps), str(seed)], timeout=RUN_TIMEOUT_S
-    )
+    res = tools.run_tool([str(binary), str(num_envs), str(steps), str(seed)], timeout=RUN_TIMEOUT_S)
     if res.returncode != 0:
         why = "timed out" if res.timed_out else f"exit {res.returncode}: {res.stderr.strip()}"
         raise HarnessError(f"the reward probe failed: {why}", BUILD_FAILED)

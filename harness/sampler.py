@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from harness import proctree
+from harness.process import tools
 
 # Stack collection is per process and each attach costs ~0.2-2 s; a trainer with a big
 # worker pool would otherwise take minutes. The first processes in tree order (root
@@ -464,12 +464,12 @@ def _py_frame(f: dict[str, Any], ctx: FrameContext) -> Frame:
 # ----------------------------------------------------------------------------- running tools
 
 
-ToolRun = proctree.ToolResult
+ToolRun = tools.ToolResult
 
 
 def run_tool(argv: Sequence[str], timeout: float) -> ToolRun:
     """Run a tool in its own session; on timeout its whole process group is killed."""
-    return proctree.run_tool(argv, timeout)
+    return tools.run_tool(argv, timeout)
 
 
 def _denied(output: str) -> bool:

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import git
 
-from harness import proctree, variants
+from harness import variants
 from harness.build import cache_root
 from harness.errors import USAGE, HarnessError
 from harness.pin import UNVERIFIED, Pin, Verification, check_files, summarize
+from harness.process import tools
 
 GIT_TIMEOUT_S = 120.0
 NETWORK_TIMEOUT_S = 600.0
@@ -32,9 +33,9 @@ def _git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> str:
 
 def git_result(
     root: Path, *args: str, timeout: float = GIT_TIMEOUT_S, ok: tuple[int, ...] = (0,)
-) -> proctree.ToolResult:
+) -> tools.ToolResult:
     """git with a hard timeout (its session is killed); exit codes outside `ok` are errors."""
-    res = proctree.run_tool(["git", "-C", str(root), *args], timeout=timeout)
+    res = tools.run_tool(["git", "-C", str(root), *args], timeout=timeout)
     if res.timed_out:
         raise HarnessError(f"git {args[0]} timed out after {timeout:g}s in {root}", USAGE)
     if res.returncode not in ok:
@@ -159,7 +160,7 @@ def mirror(pin: Pin, root: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        proctree_res = proctree.run_tool(
+        proctree_res = tools.run_tool(
             ["git", "clone", "--bare", "--shared", "--quiet", str(root), str(partial)],
             timeout=GIT_TIMEOUT_S,
         )
@@ -176,14 +177,14 @@ def resolve_ref(pin: Pin, root: Path, ref: str) -> tuple[Path, str]:
     """The commit `ref` names: in the checkout's own refs, else fetched from the pin's URL."""
     repo = mirror(pin, root)
     _git(repo, "fetch", "--quiet", str(root), "+refs/heads/*:refs/heads/*")
-    local = proctree.run_tool(
+    local = tools.run_tool(
         ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", ref + "^{commit}"], timeout=30
     )
     if local.returncode == 0:
         return repo, local.stdout.strip()
     if not pin.source.url:
         raise HarnessError(f"ref {ref!r} is not in {root} and pin {pin.name} has no url", USAGE)
-    res = proctree.run_tool(
+    res = tools.run_tool(
         ["git", "-C", str(repo), "fetch", "--quiet", pin.source.url, ref], timeout=NETWORK_TIMEOUT_S
     )
     if res.returncode != 0 or res.timed_out:
@@ -243,7 +244,7 @@ def fetch_checkout(pin: Pin, dest: Path | None = None) -> Path:
             argv += ["--branch", pin.source.branch]
         partial = target.with_name(target.name + ".harness-clone")
         shutil.rmtree(partial, ignore_errors=True)  # ours: a clone that died earlier
-        res = proctree.run_tool([*argv, pin.source.url, str(partial)], timeout=NETWORK_TIMEOUT_S)
+        res = tools.run_tool([*argv, pin.source.url, str(partial)], timeout=NETWORK_TIMEOUT_S)
         if res.returncode == 0 and not res.timed_out:
             if target.exists():
                 target.rmdir()  # empty, checked above

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import proctree
 from harness.errors import USAGE, HarnessError
 from harness.pin import Pin, pin_dir
+from harness.process import tools
 
 MARK = "/* [harness omp-free] */ //"
 
@@ -217,7 +217,7 @@ def apply_patch(tree: Path, patch: Path) -> list[str]:
         raise HarnessError(f"patch file not found: {patch}", USAGE)
     argv = ["git", "apply", "--whitespace=nowarn", str(patch)]
     env = outside_any_repo(tree)
-    check = proctree.run_tool([*argv[:2], "--check", *argv[2:]], timeout=60, cwd=tree, env=env)
+    check = tools.run_tool([*argv[:2], "--check", *argv[2:]], timeout=60, cwd=tree, env=env)
     if check.error:
         raise HarnessError(f"cannot run git to apply {patch.name}: {check.error}", USAGE)
     if check.returncode != 0:
@@ -226,10 +226,10 @@ def apply_patch(tree: Path, patch: Path) -> list[str]:
             f"patch {patch.name} does not apply: {first[0] if first else 'git apply failed'}",
             USAGE,
         )
-    done = proctree.run_tool(argv, timeout=60, cwd=tree, env=env)
+    done = tools.run_tool(argv, timeout=60, cwd=tree, env=env)
     if done.returncode != 0:
         raise HarnessError(f"patch {patch.name} failed: {done.stderr.strip()}", USAGE)
-    stat = proctree.run_tool(["git", "apply", "--stat", str(patch)], timeout=60, cwd=tree, env=env)
+    stat = tools.run_tool(["git", "apply", "--stat", str(patch)], timeout=60, cwd=tree, env=env)
     return [f"patch {patch.name}: {line.strip()}" for line in stat.stdout.splitlines() if line]
 
 

@@ -5,8 +5,8 @@ import re
 
 from harness import classify
 from harness.classify import Pattern
+from harness.execute.watchdog import Trigger
 from harness.sampler import Frame, SampleSet, ThreadActivity, ThreadStack
-from harness.watchdog import Trigger
 
 SIGS = classify.load_signatures().with_own(
     [Pattern("env_start", (re.compile(r"env_start(\._omp_fn\.\d+)?"),))]

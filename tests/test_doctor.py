@@ -199,7 +199,7 @@ def test_main_exit_code_follows_fail(
 
 
 def test_fork_verdicts_from_program_output() -> None:
-    from harness.proctree import ToolResult
+    from harness.process.tools import ToolResult
 
     done = ToolResult(["p"], 0, "parent-team=2\nchild-done team=2\n", "", 0.1)
     assert doctor._judge_fork(done, "runtime libomp.so", 3.0).status == "ok"

@@ -18,9 +18,10 @@ from typing import Any, TextIO
 
 import psutil
 
-from harness import dashboard, proctree, sampler
+from harness import dashboard, sampler
 from harness.errors import HarnessError, Interrupted
-from harness.watchdog import Limits, Trigger, Watchdog
+from harness.execute.watchdog import Limits, Trigger, Watchdog
+from harness.process import proctree
 
 MAX_LINE = 64 * 1024  # longer lines are cut before parsing (the log keeps every byte)
 TAIL_LINES = 200

@@ -1,7 +1,8 @@
 """Start a command in its own session and make sure its whole tree dies and is reaped.
 
-Used by the runner for the trainer and by every external tool call (build, gdb, py-spy,
-git), so that nothing the harness starts can outlive it or leave zombies behind.
+Used by the runner for the trainer and by every external tool call (`tools.run_tool`:
+build, gdb, py-spy, git), so that nothing the harness starts can outlive it or leave
+zombies behind.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import psutil
 
@@ -126,74 +126,3 @@ def _reap_late_orphans(known: Iterable[int], wait_s: float = 1.0) -> list[int]:
         if pids:
             time.sleep(0.02)
     return reaped
-
-
-@dataclass
-class ToolResult:
-    argv: list[str]
-    returncode: int | None  # None when it timed out or could not start
-    stdout: str = ""
-    stderr: str = ""
-    duration_s: float = 0.0
-    timed_out: bool = False
-    error: str = ""  # why it could not start
-
-    @property
-    def output(self) -> str:
-        return self.stdout + self.stderr
-
-
-def run_tool(
-    argv: Sequence[str],
-    timeout: float,
-    cwd: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    stdout_path: Path | None = None,
-) -> ToolResult:
-    """Run an external tool with a hard timeout; on timeout its whole session is killed.
-
-    With `stdout_path`, stdout and stderr go to that file (build logs) instead of memory.
-    """
-    start = time.monotonic()
-    out_file = open(stdout_path, "wb") if stdout_path else None  # noqa: SIM115
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stdin=subprocess.DEVNULL,
-            stdout=out_file or subprocess.PIPE,
-            stderr=subprocess.STDOUT if out_file else subprocess.PIPE,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        if out_file:
-            out_file.close()
-        return ToolResult(list(argv), None, error=str(exc), duration_s=time.monotonic() - start)
-    timed_out = False
-    try:
-        out, err = proc.communicate(timeout=max(timeout, 0.1))
-        code: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        kill_tree(proc, proc.pid)
-        timed_out, code, out, err = True, None, b"", b""
-        # a grandchild stuck in D state may hold the pipes open: do not wait on it forever
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            out, err = proc.communicate(timeout=5)
-    except BaseException:
-        kill_tree(proc, proc.pid)
-        raise
-    finally:
-        if out_file:
-            out_file.close()
-    # whatever the tool left running in its session (`cmd &` in a build script) goes too
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    return ToolResult(
-        list(argv),
-        code,
-        (out or b"").decode("utf-8", "replace"),
-        (err or b"").decode("utf-8", "replace"),
-        time.monotonic() - start,
-        timed_out,
-    )
