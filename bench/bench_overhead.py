@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from harness import dashboard, pipeline
-from harness.pin import load_pin
-from harness.scenario import load_scenario
+from harness.config.pin import load_pin
+from harness.config.scenario import load_scenario
 
 
 def bare_sps(argv: list[str], cwd: Path, env: dict[str, str], parser: str) -> float:

@@ -27,13 +27,13 @@ from rich.table import Table
 
 from harness import __version__, pipeline, upstream, variants
 from harness.build import cache_root
+from harness.config.pin import Pin, check_env, load_pin
+from harness.config.scenario import load_scenario
 from harness.errors import BISECT_SKIP, INTERRUPTED_BASE, USAGE, HarnessError, Interrupted
 from harness.execute import runner
 from harness.execute.watchdog import add_limit_options
-from harness.pin import Pin, check_env, load_pin
 from harness.process import tools
 from harness.report import Report, atomic_write, new_run_id
-from harness.scenario import load_scenario
 
 SCHEMA_VERSION = 1
 GOOD, BAD, SKIP = "good", "bad", "skip"

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
+from harness.config.pin import Pin
 from harness.errors import BUILD_FAILED, HarnessError
-from harness.pin import Pin
 from harness.process import tools
 
 MARKER = ".harness-build.json"

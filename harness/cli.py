@@ -186,7 +186,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from harness.pin import check_env, load_pin
+    from harness.config.pin import check_env, load_pin
 
     pin = load_pin(args.pin or pipeline.default_pin(args.checkout))
     check_env(pin, args.env)
@@ -297,7 +297,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_pin(args: argparse.Namespace) -> int:
     """pin show | verify | update | fetch. verify exits 0 verified, 1 drift, 2 unverified."""
-    from harness import pin as pinmod
+    from harness.config import pin as pinmod
 
     pin = pinmod.load_pin(args.pin or pipeline.default_pin(args.checkout))
     if args.action == "show":
@@ -322,7 +322,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 def _pin_update(pin: object, checkout: Path | None) -> int:
     from harness import upstream
-    from harness.pin import Pin
+    from harness.config.pin import Pin
 
     assert isinstance(pin, Pin)
     if pin.source.kind == "path":

@@ -17,12 +17,12 @@ from harness import build as buildmod
 from harness import checks as checksmod
 from harness import classify, dashboard, variants
 from harness import probe as probemod
+from harness.config.pin import Pin, Verification, check_env, load_pin, verify_path_source
+from harness.config.scenario import RunSettings, Scenario, load_scenario
 from harness.errors import BUILD_FAILED, USAGE, HarnessError, Interrupted
 from harness.execute import runner
 from harness.execute.watchdog import Limits
-from harness.pin import Pin, Verification, check_env, load_pin, verify_path_source
 from harness.report import Report, new_run_id
-from harness.scenario import RunSettings, Scenario, load_scenario
 
 
 @dataclass

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.checks import CheckResult
+from harness.config.pin import Pin
 from harness.errors import BUILD_FAILED, USAGE, HarnessError
-from harness.pin import Pin
 from harness.process import tools
 
 COMPILE_TIMEOUT_S = 120.0

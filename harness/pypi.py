@@ -12,8 +12,8 @@ import urllib.request
 from pathlib import Path
 
 from harness.build import cache_root
+from harness.config.pin import Pin, Verification, sha256_file
 from harness.errors import USAGE, HarnessError
-from harness.pin import Pin, Verification, sha256_file
 
 INDEX_URL = "https://pypi.org/simple/{package}/"
 NETWORK_TIMEOUT_S = 60.0

@@ -19,8 +19,8 @@ import git
 
 from harness import variants
 from harness.build import cache_root
+from harness.config.pin import UNVERIFIED, Pin, Verification, check_files, summarize
 from harness.errors import USAGE, HarnessError
-from harness.pin import UNVERIFIED, Pin, Verification, check_files, summarize
 from harness.process import tools
 
 GIT_TIMEOUT_S = 120.0
@@ -265,7 +265,7 @@ def fetch_checkout(pin: Pin, dest: Path | None = None) -> Path:
 
 def update_pin_file(pin: Pin, root: Path, commit: str | None) -> list[str]:
     """Rewrite the pin's commit and [files] hashes from a real tree; returns what changed."""
-    from harness.pin import sha256_file
+    from harness.config.pin import sha256_file
 
     text = pin.file.read_text()
     changes: list[str] = []

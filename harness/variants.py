@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.config.pin import Pin, pin_dir
 from harness.errors import USAGE, HarnessError
-from harness.pin import Pin, pin_dir
 from harness.process import tools
 
 MARK = "/* [harness omp-free] */ //"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.scenario import load_scenario
 from harness.errors import HarnessError
-from harness.scenario import load_scenario
 from tests.harness_cli import harness
 
 pytestmark = pytest.mark.timeout(120)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness import checks, dashboard
-from harness.scenario import load_scenario
+from harness.config.scenario import load_scenario
 from tests.harness_cli import harness
 
 DATA = Path(__file__).resolve().parent / "data"

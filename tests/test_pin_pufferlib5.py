@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness import dashboard
-from harness.pin import load_pin
-from harness.scenario import load_scenario
+from harness.config.pin import load_pin
+from harness.config.scenario import load_scenario
 from tests.harness_cli import harness
 
 DATA = Path(__file__).resolve().parent / "data"

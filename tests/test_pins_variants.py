@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.pin import PIN_SCHEMA_VERSION, load_pin, pin_dir
+from harness.config.pin import PIN_SCHEMA_VERSION, load_pin, pin_dir
 from tests.harness_cli import harness
 
 pytestmark = [pytest.mark.timeout(300)]

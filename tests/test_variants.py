@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 
 from harness import variants
+from harness.config.pin import load_pin
 from harness.errors import HarnessError
-from harness.pin import load_pin
 
 SOURCE = """\
 #include <omp.h>

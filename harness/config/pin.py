@@ -27,7 +27,7 @@ def project_root() -> Path:
     """The folder holding upstream_pin/ and scenarios/: this checkout (the harness is
     installed editable by setup.sh), or HARNESS_ROOT for an installed copy."""
     env = os.environ.get("HARNESS_ROOT")
-    return Path(env).resolve() if env else Path(__file__).resolve().parent.parent
+    return Path(env).resolve() if env else Path(__file__).resolve().parents[2]
 
 
 def pin_dir() -> Path:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config.pin import project_root
 from harness.errors import USAGE, HarnessError
-from harness.pin import project_root
 
 SCENARIO_SCHEMA_VERSION = 1
 

@@ -1,0 +1,1 @@
+"""Configuration as data: upstream pins (upstream_pin/*.toml) and scenarios (scenarios/*.toml)."""
