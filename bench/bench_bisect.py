@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.gitrepo
 
 from harness import bisect as bis  # noqa: E402
+from harness.pipeline.options import RunOptions  # noqa: E402
 from tests.gitrepo import make_history, plan_with, write_scenario  # noqa: E402
 
 
@@ -57,16 +58,18 @@ def main() -> None:
         history = make_history(work / "history", plan_with(args.commits, {args.hang_at: "hang"}))
         write_scenario(history.scenario, startup_s=args.startup, stall_s=args.startup)
         opts = bis.BisectOptions(
-            env="breakout",
+            run=RunOptions(
+                env="breakout",
+                pin=str(history.pin),
+                checkout=history.root,
+                scenario=str(history.scenario),
+                report_dir=work / "reports",
+            ),
             good=history.commits[0],
             bad=history.commits[-1],
-            pin=str(history.pin),
-            checkout=history.root,
-            scenario=str(history.scenario),
             expect="hang",
             location="env_start",
             repeat=args.repeat,
-            report_dir=work / "reports",
         )
         cold, cold_s = one(opts)
         warm, warm_s = one(opts)

@@ -20,9 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import dashboard, pipeline
+from harness import dashboard
 from harness.config.pin import load_pin
 from harness.config.scenario import load_scenario
+from harness.pipeline.stages import verify_prepare_build
 
 
 def bare_sps(argv: list[str], cwd: Path, env: dict[str, str], parser: str) -> float:
@@ -64,8 +65,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     pin = load_pin(args.pin)
-    settings = load_scenario(args.env).settings(pin.name)
-    built = pipeline.verify_prepare_build(pin, settings.upstream_env, args.variant, None, False)
+    settings = load_scenario(args.env).settings(pin.lineage)
+    built = verify_prepare_build(pin, settings.upstream_env, args.variant, None, False)
     tree = built.result.tree
     argv = shlex.split(pin.render_run(settings.upstream_env, args.steps, shlex.quote(str(tree))))
     argv += list(settings.args)

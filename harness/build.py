@@ -23,7 +23,8 @@ from functools import cache
 from pathlib import Path
 
 from harness.config.pin import Pin
-from harness.errors import BUILD_FAILED, HarnessError
+from harness.errors import HarnessError
+from harness.outcome import BUILD_FAILED
 from harness.process import tools
 
 MARKER = ".harness-build.json"

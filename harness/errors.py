@@ -1,16 +1,14 @@
-"""Exit codes (the documented contract) and the one exception type the CLI turns into them."""
+"""The one exception type the CLI turns into a one-line message and an exit code, and the
+interruption the signal handlers raise. Exit codes themselves live in harness.outcome."""
 
 from __future__ import annotations
 
-PASS = 0
-CHECK_FAILED = 1
-HANG = 2
-CRASH = 3  # crash or error exit of the trainer
-BUILD_FAILED = 4
-USAGE = 5  # bad input: unknown env/scenario/variant, malformed TOML, missing checkout, drift …
-TIMEOUT_PROGRESSING = 6  # wall timeout reached while the trainer was still making progress
-BISECT_SKIP = 125  # `git bisect run` contract: this commit cannot be tested
-INTERRUPTED_BASE = 128  # harness got a signal: 128 + signal number (130 SIGINT, 143 SIGTERM)
+# TEMP(layout): re-exported while modules still import exit codes from here
+from harness.outcome import BISECT_SKIP as BISECT_SKIP
+from harness.outcome import BUILD_FAILED as BUILD_FAILED
+from harness.outcome import CHECK_FAILED as CHECK_FAILED
+from harness.outcome import INTERRUPTED_BASE as INTERRUPTED_BASE
+from harness.outcome import USAGE as USAGE
 
 
 class HarnessError(Exception):

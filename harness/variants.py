@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.config.pin import Pin, pin_dir
-from harness.errors import USAGE, HarnessError
+from harness.errors import HarnessError
+from harness.outcome import USAGE
 from harness.process import tools
 
 MARK = "/* [harness omp-free] */ //"

@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from harness import bisect as bis
-from harness.errors import USAGE, HarnessError
+from harness.cli import main as cli_main
+from harness.errors import HarnessError
+from harness.outcome import BISECT_ABORT, USAGE
+from harness.pipeline.options import RunOptions
 from tests.gitrepo import ROOT, SUBJECTS, History, git, make_history, plan_with, write_scenario
 
 STARTUP_S = 3  # the replica's first dashboard comes after ~0.5 s here; a hang is declared at 3 s
@@ -42,15 +45,17 @@ def history(tmp_path_factory: pytest.TempPathFactory, name: str, plan: list[str]
 
 def options(h: History, report_dir: Path, **kw: object) -> bis.BisectOptions:
     base = bis.BisectOptions(
-        env="breakout",
+        run=RunOptions(
+            env="breakout",
+            pin=str(h.pin),
+            checkout=h.root,
+            scenario=str(h.scenario),
+            report_dir=report_dir,
+        ),
         good=h.commits[0],
         bad=h.commits[-1],
-        pin=str(h.pin),
-        checkout=h.root,
-        scenario=str(h.scenario),
         expect="hang",
         location="env_start",
-        report_dir=report_dir,
     )
     return replace(base, **kw)
 
@@ -206,7 +211,7 @@ def test_cli_usage_error_exit_code(main_history: History, tmp_path: Path) -> Non
     h = main_history
     argv = ["bisect", "breakout", "--pin", str(h.pin), "--checkout", str(h.root)]
     argv += ["--good", h.commits[2], "--bad", h.commits[2], "--report-dir", str(tmp_path)]
-    assert bis.main(argv) == USAGE
+    assert cli_main(argv) == USAGE
 
 
 @pytest.mark.slow
@@ -292,7 +297,7 @@ def test_bisect_step_aborts_on_usage_error(main_history: History, tmp_path: Path
     res = subprocess.run(
         cmd, cwd=main_history.root, capture_output=True, text=True, timeout=60, check=False
     )
-    assert res.returncode == bis.BISECT_ABORT, res.stderr
+    assert res.returncode == BISECT_ABORT, res.stderr
     for wrong in (["--repeat", "0"], ["--expct", "hang"]):  # argparse errors too
         res = subprocess.run(
             [*step_command(), "breakout", *wrong],
@@ -302,4 +307,4 @@ def test_bisect_step_aborts_on_usage_error(main_history: History, tmp_path: Path
             timeout=60,
             check=False,
         )
-        assert res.returncode == bis.BISECT_ABORT, res.stderr
+        assert res.returncode == BISECT_ABORT, res.stderr

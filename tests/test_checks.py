@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import checks, dashboard
+from harness import dashboard
+from harness.analysis import checks
 from harness.config.scenario import load_scenario
 from tests.harness_cli import harness
 

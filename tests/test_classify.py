@@ -3,12 +3,12 @@
 
 import re
 
-from harness import classify
-from harness.classify import Pattern
+from harness.analysis import classify
+from harness.config.signatures import Pattern, load_signatures
 from harness.execute.watchdog import Trigger
-from harness.sampler import Frame, SampleSet, ThreadActivity, ThreadStack
+from harness.sampling.model import Frame, SampleSet, ThreadActivity, ThreadStack
 
-SIGS = classify.load_signatures().with_own(
+SIGS = load_signatures().with_own(
     [Pattern("env_start", (re.compile(r"env_start(\._omp_fn\.\d+)?"),))]
 )
 

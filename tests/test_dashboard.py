@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness import dashboard
+from harness.analysis import endlogs
 from harness.dashboard import MetricsFrame, parse_text
 
 DATA = Path(__file__).parent / "data"
@@ -476,13 +477,13 @@ def test_read_run_logs(tmp_path: Path) -> None:
     jsonl = "\n".join(r if isinstance(r, str) else json.dumps(r) for r in records)
     _write(tmp_path / "logs/breakout/200.jsonl", jsonl + "\n[[[" * 10, 2000)
     _write(tmp_path / "logs/cartpole/300.ini", ini + "SPS = 7\n", 1500)
-    got = dashboard.read_run_logs(tmp_path, "breakout")
+    got = endlogs.read_run_logs(tmp_path, "breakout")
     assert got.pop("env/score") != got.get("env/score")  # nan, kept
     assert got == {"SPS": 81000.25, "agent_steps": 1048576.0, "loss/kl": 0.25}
-    assert dashboard.read_run_logs(tmp_path)["agent_steps"] == 1048576.0  # newest of all envs
-    assert dashboard.read_run_logs(tmp_path, "cartpole") == {"SPS": 7.0}
-    assert dashboard.read_run_logs(tmp_path, "pinball") == {}
-    assert dashboard.read_run_logs(tmp_path / "nowhere") == {}
+    assert endlogs.read_run_logs(tmp_path)["agent_steps"] == 1048576.0  # newest of all envs
+    assert endlogs.read_run_logs(tmp_path, "cartpole") == {"SPS": 7.0}
+    assert endlogs.read_run_logs(tmp_path, "pinball") == {}
+    assert endlogs.read_run_logs(tmp_path / "nowhere") == {}
 
 
 # --- properties -------------------------------------------------------------------------------

@@ -11,6 +11,11 @@ import psutil
 import pytest
 
 from harness import doctor
+from harness.doctor import host
+from harness.doctor.gpu import judge_nvml
+from harness.doctor.model import ProbeContext
+from harness.doctor.openmp import judge_fork
+from harness.doctor.tracing import probe_ptrace
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -156,7 +161,7 @@ def _fake_gdb(folder: Path, body: str) -> None:
 
 def test_ptrace_denied_gives_the_capability_hint(tmp_path: Path) -> None:
     _fake_gdb(tmp_path, 'echo "ptrace: Operation not permitted." >&2; exit 1')
-    probe = doctor._probe_ptrace(doctor._Ctx.make(5.0, str(tmp_path)))
+    probe = probe_ptrace(ProbeContext.make(5.0, str(tmp_path)))
     assert probe.status == "fail"
     assert probe.hint == doctor.PTRACE_HINT
     assert _children() == []
@@ -165,7 +170,7 @@ def test_ptrace_denied_gives_the_capability_hint(tmp_path: Path) -> None:
 def test_a_hanging_attach_is_cut_off_and_cleaned_up(tmp_path: Path) -> None:
     _fake_gdb(tmp_path, "exec sleep 30")
     start = time.monotonic()
-    probe = doctor._probe_ptrace(doctor._Ctx.make(1.0, f"{tmp_path}:/usr/bin:/bin"))
+    probe = probe_ptrace(ProbeContext.make(1.0, f"{tmp_path}:/usr/bin:/bin"))
     assert time.monotonic() - start < 4.0
     assert probe.status == "fail" and "did not attach" in probe.detail
     assert _children() == []
@@ -175,7 +180,7 @@ def test_a_raising_probe_does_not_stop_the_others(monkeypatch: pytest.MonkeyPatc
     def boom(ctx: object) -> doctor.Probe:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(doctor, "_probe_cpu", boom)
+    monkeypatch.setattr(host, "probe_cpu", boom)
     probes = doctor.run_doctor(timeout_s=10.0, path="")
     cpu = next(p for p in probes if p.name == "cpu/container")
     assert cpu.status == "warn" and "boom" in cpu.detail
@@ -202,14 +207,14 @@ def test_fork_verdicts_from_program_output() -> None:
     from harness.process.tools import ToolResult
 
     done = ToolResult(["p"], 0, "parent-team=2\nchild-done team=2\n", "", 0.1)
-    assert doctor._judge_fork(done, "runtime libomp.so", 3.0).status == "ok"
+    assert judge_fork(done, "runtime libomp.so", 3.0).status == "ok"
     killed = ToolResult(["p"], None, "parent-team=2\n", "", 5.0)
-    assert doctor._judge_fork(killed, "runtime libgomp.so.1", 3.0).status == "warn"
+    assert judge_fork(killed, "runtime libgomp.so.1", 3.0).status == "warn"
 
 
 def test_nvml_partial_library_is_a_warning() -> None:
     partial = {"binding": "ctypes", "error": "nvmlDeviceGetCount_v2 returned 999 (Unknown Error)"}
-    probe = doctor._judge_nvml(partial)
+    probe = judge_nvml(partial)
     assert probe.status == "warn" and "garbage" in probe.hint
-    gpu = doctor._judge_nvml({"binding": "pynvml", "count": 1, "gpu": 0, "mem": 3})
+    gpu = judge_nvml({"binding": "pynvml", "count": 1, "gpu": 0, "mem": 3})
     assert gpu.status == "ok" and "gpu 0%" in gpu.detail

@@ -21,7 +21,7 @@ DATA = Path(__file__).resolve().parent / "data"
 def test_templates_render_to_the_documented_commands() -> None:
     pin = load_pin("pufferlib-5.0")
     assert pin.render_build("breakout") == "bash build.sh breakout"
-    settings = load_scenario("breakout").settings(pin.name)
+    settings = load_scenario("breakout").settings(pin.lineage)
     argv = shlex.split(pin.render_run("breakout", 50000)) + list(settings.args)
     assert argv == [
         "./puffer",

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from harness import pipeline, probe
+from harness.analysis import probe
 from harness.errors import HarnessError
+from harness.pipeline.probe import probe_env
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def test_breakout_raw_rewards_exceed_one_and_clamped_stay_inside() -> None:
-    res = pipeline.probe_env("breakout", "replica", "stock", None, 5000, 32, 3)
+    res = probe_env("breakout", "replica", "stock", None, 5000, 32, 3)
     assert res.data["raw_max"] > 1  # several bricks in one 4-frame step
     assert res.data["above_one"] > 0
     assert -1 <= res.data["clamped_min"] <= res.data["clamped_max"] <= 1
@@ -20,7 +21,7 @@ def test_breakout_raw_rewards_exceed_one_and_clamped_stay_inside() -> None:
 
 
 def test_cartpole_rewards_are_zero_or_one_and_episodes_capped() -> None:
-    res = pipeline.probe_env("cartpole", "replica", "stock", None, 5000, 16, 3)
+    res = probe_env("cartpole", "replica", "stock", None, 5000, 16, 3)
     assert (res.data["raw_min"], res.data["raw_max"]) == (0, 1)
     assert res.data["log"]["episode_length"] <= 200
     assert res.ok
@@ -51,4 +52,4 @@ def test_out_of_bounds_probe_output_fails_the_named_check() -> None:
 
 def test_probe_needs_a_driver() -> None:
     with pytest.raises(HarnessError, match="no \\[probe\\] driver"):
-        pipeline.probe_env("breakout", "pufferlib-5.0", "stock", None, 10, 1, 1)
+        probe_env("breakout", "pufferlib-5.0", "stock", None, 10, 1, 1)

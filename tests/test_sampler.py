@@ -1,4 +1,4 @@
-"""harness.sampler against real processes: real deadlocks, spins, zombie main threads,
+"""harness.sampling against real processes: real deadlocks, spins, zombie main threads,
 real gdb / eu-stack / py-spy, and the degrade paths (tools missing, ptrace refused,
 tool hanging, target exiting mid-sample)."""
 
@@ -19,18 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.sampler import (
-    MAX_STACK_PROCESSES,
-    FrameContext,
-    MemoryMap,
-    SampleSet,
-    ThreadStack,
-    parse_eu_stack,
-    parse_gdb,
-    parse_py_spy,
-    sample_tree,
-    to_json,
-)
+from harness.sampling.frames import FrameContext, MemoryMap
+from harness.sampling.model import SampleSet, ThreadStack, to_json
+from harness.sampling.parsers import parse_eu_stack, parse_gdb, parse_py_spy
+from harness.sampling.sample import sample_tree
+from harness.sampling.stacks import MAX_STACK_PROCESSES
 
 if TYPE_CHECKING:
     from tests.conftest import Spawned

@@ -8,7 +8,6 @@ own functions that locate a hang (signatures). See docs/pin-schema.md.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import tomllib
@@ -16,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.classify import Pattern, pattern_from_table
-from harness.errors import USAGE, HarnessError
+from harness.config.signatures import Pattern, pattern_from_table
+from harness.errors import HarnessError
+from harness.outcome import USAGE
 
 PIN_SCHEMA_VERSION = 1
 UNVERIFIED = "UNVERIFIED"  # prefix of a value that has not been read from a real checkout yet
@@ -81,6 +81,9 @@ class Pin:
     variants: dict[str, str]  # alias → variant spec
     signatures: tuple[Pattern, ...]
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
+    # this pin's name, then the pins it extends, nearest first: a scenario's [pin.<name>]
+    # settings and a check's `pins` apply to a pin through any name of its lineage
+    lineage: tuple[str, ...] = ()
 
     @property
     def source_root(self) -> Path | None:
@@ -139,16 +142,16 @@ def _str_map(value: Any, where: str) -> dict[str, str]:
     return {str(k): v for k, v in value.items()}
 
 
-def parse_pin(data: dict[str, Any], file: Path) -> Pin:
+def parse_pin(data: dict[str, Any], file: Path, lineage: tuple[str, ...] = ()) -> Pin:
     try:
-        return _parse_pin(data, file)
+        return _parse_pin(data, file, lineage)
     except HarnessError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise HarnessError(f"{file.name}: malformed pin: {exc!r}", USAGE) from exc
 
 
-def _parse_pin(data: dict[str, Any], file: Path) -> Pin:
+def _parse_pin(data: dict[str, Any], file: Path, lineage: tuple[str, ...]) -> Pin:
     where = file.name
     version = data.get("schema_version")
     if version != PIN_SCHEMA_VERSION:
@@ -187,6 +190,7 @@ def _parse_pin(data: dict[str, Any], file: Path) -> Pin:
             pattern_from_table(t, f"{where} [[signatures]]") for t in data.get("signatures", [])
         ),
         raw=data,
+        lineage=(str(data["name"]), *lineage),
     )
 
 
@@ -194,115 +198,100 @@ def available_pins() -> list[str]:
     return sorted(p.stem for p in pin_dir().glob("*.toml"))
 
 
-def load_pin(name_or_path: str) -> Pin:
+MAX_EXTENDS = 8  # a deeper chain is a mistake, and a loop must end
+# [[signatures]] of a pin come before those of the pin it extends (they locate first)
+_PREPENDED = ("signatures", "causes")
+# a source, or the file hashes that describe one commit of it, are replaced whole
+_REPLACED = ("source", "files")
+
+
+def _pin_path(name_or_path: str, base: Path | None = None) -> Path:
     path = Path(name_or_path)
     if path.suffix != ".toml":
-        path = pin_dir() / f"{name_or_path}.toml"
+        return pin_dir() / f"{name_or_path}.toml"
+    if base is not None and not path.is_absolute():
+        return (base / path).resolve()
+    return path
+
+
+def _read_pin(path: Path, name_or_path: str) -> dict[str, Any]:
     if not path.is_file():
         known = ", ".join(available_pins())
         raise HarnessError(f"unknown pin {name_or_path!r} (known: {known})")
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise HarnessError(f"{path.name}: malformed TOML: {exc}") from exc
-    return parse_pin(data, path)
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def _merge_tables(base: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in own.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge_tables(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def merge_extended(
+    parent: dict[str, Any], parent_file: Path, own: dict[str, Any]
+) -> dict[str, Any]:
+    """A pin's table over the one it extends: tables merge key by key, `source` and `files`
+    are replaced whole, `[[signatures]]` (and `[[causes]]`) are the pin's own first, then the
+    parent's; anything else the pin sets replaces the parent's."""
+    base = dict(parent)
+    src = base.get("source")
+    if isinstance(src, dict) and src.get("kind") == "path" and "source" not in own:
+        # a path source is relative to the pin that declared it, not to the one inheriting it
+        base["source"] = {**src, "path": str((parent_file.parent / src.get("path", "")).resolve())}
+    merged: dict[str, Any] = {k: v for k, v in base.items() if k not in ("name", "extends")}
+    for key, value in own.items():
+        if key == "extends":
+            continue
+        if key in _PREPENDED and isinstance(value, list):
+            merged[key] = [*value, *base.get(key, [])]
+        elif key in _REPLACED or not isinstance(value, dict):
+            merged[key] = value
+        else:
+            merged[key] = _merge_tables(
+                base.get(key, {}) if isinstance(base.get(key), dict) else {}, value
+            )
+    return merged
+
+
+def _resolve(
+    path: Path, name_or_path: str, chain: tuple[Path, ...]
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The pin's data with everything it extends merged in, and the names of its ancestors."""
+    data = _read_pin(path, name_or_path)
+    parent_ref = data.get("extends")
+    if parent_ref is None:
+        return data, ()
+    where = path.name
+    if not isinstance(parent_ref, str) or not parent_ref:
+        raise HarnessError(f"{where}: extends must be a pin name or a .toml path", USAGE)
+    parent_path = _pin_path(parent_ref, base=path.parent)
+    if parent_path.resolve() in chain:
+        names = " → ".join(p.name for p in (*chain, parent_path.resolve()))
+        raise HarnessError(f"{where}: pins extend each other in a loop ({names})", USAGE)
+    if len(chain) >= MAX_EXTENDS:
+        raise HarnessError(f"{where}: more than {MAX_EXTENDS} pins extend each other", USAGE)
+    parent, ancestors = _resolve(parent_path, parent_ref, (*chain, parent_path.resolve()))
+    if "name" not in parent:
+        raise HarnessError(f"{parent_path.name}: missing required key 'name'", USAGE)
+    return merge_extended(parent, parent_path, data), (str(parent["name"]), *ancestors)
+
+
+def load_pin(name_or_path: str) -> Pin:
+    path = _pin_path(name_or_path)
+    data, ancestors = _resolve(path, name_or_path, (path.resolve(),))
+    return parse_pin(data, path, ancestors)
 
 
 def check_env(pin: Pin, env: str) -> None:
     if env not in pin.envs:
         raise HarnessError(f"unknown env {env!r} for pin {pin.name} (known: {', '.join(pin.envs)})")
-
-
-@dataclass
-class FileCheck:
-    path: str
-    expected: str
-    actual: str | None  # None when the file is missing
-    status: str  # "match" | "differs" | "missing" | "unverified"
-
-
-@dataclass
-class Verification:
-    """What was checked about the source before trusting a result."""
-
-    status: str  # "verified" | "drift" | "unverified" | "unchecked"
-    source: str
-    commit_expected: str = ""
-    commit_actual: str = ""
-    dirty: list[str] = field(default_factory=list)
-    files: list[FileCheck] = field(default_factory=list)
-    unverified: list[str] = field(default_factory=list)  # pin fields not yet read from a checkout
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def drifted(self) -> list[FileCheck]:
-        return [f for f in self.files if f.status in ("differs", "missing")]
-
-    def describe(self) -> str:
-        parts = [self.status]
-        if self.drifted:
-            parts.append("drift in " + ", ".join(f.path for f in self.drifted))
-        if self.dirty:
-            parts.append(f"{len(self.dirty)} uncommitted change(s)")
-        if (
-            self.commit_expected
-            and self.commit_actual
-            and self.commit_actual != self.commit_expected
-        ):
-            parts.append(f"HEAD {self.commit_actual[:12]} ≠ pinned {self.commit_expected[:12]}")
-        if self.unverified:
-            parts.append("unverified: " + ", ".join(self.unverified))
-        return "; ".join(parts)
-
-
-def check_files(pin: Pin, root: Path) -> list[FileCheck]:
-    checks = []
-    for rel, expected in sorted(pin.files.items()):
-        path = root / rel
-        actual = sha256_file(path) if path.is_file() else None
-        if expected.startswith(UNVERIFIED):
-            status = "unverified"
-        elif actual is None:
-            status = "missing"
-        else:
-            status = "match" if actual == expected else "differs"
-        checks.append(FileCheck(rel, expected, actual, status))
-    return checks
-
-
-def summarize(v: Verification) -> Verification:
-    """Set the overall status from the parts: any drift wins, then anything unverified."""
-    if (
-        v.drifted
-        or v.dirty
-        or (
-            v.commit_expected
-            and v.commit_actual
-            and v.commit_actual != v.commit_expected
-            and not v.commit_expected.startswith(UNVERIFIED)
-        )
-    ):
-        v.status = "drift"
-    elif v.unverified or any(f.status == "unverified" for f in v.files):
-        v.status = "unverified"
-    else:
-        v.status = "verified"
-    return v
-
-
-def verify_path_source(pin: Pin, root: Path) -> Verification:
-    v = Verification("unchecked", f"path {root}", files=check_files(pin, root))
-    if not pin.files:
-        v.unverified.append("files (the pin lists none)")
-    return summarize(v)
 
 
 def _one_line(command: str) -> str:
@@ -334,25 +323,4 @@ def describe_pin(pin: Pin) -> str:
             f"  UNVERIFIED: commit {s.commit}; "
             f"run `harness pin update --pin {pin.name} --checkout PATH`"
         )
-    return "\n".join(lines)
-
-
-def describe_verification(pin: Pin, v: Verification) -> str:
-    lines = [f"pin {pin.name}: {v.status.upper()} ({v.source})"]
-    if v.commit_expected or v.commit_actual:
-        lines.append(f"  commit: pinned {v.commit_expected or '-'}, found {v.commit_actual or '-'}")
-    for f in v.files:
-        if f.status == "match":
-            lines.append(f"  ok        {f.path}")
-        elif f.status == "unverified":
-            lines.append(
-                f"  UNVERIFIED {f.path} (no hash pinned yet; found {f.actual or 'missing'})"
-            )
-        else:
-            lines.append(
-                f"  DRIFT     {f.path}: pinned {f.expected}, found {f.actual or 'missing'}"
-            )
-    lines += [f"  dirty     {d}" for d in v.dirty]
-    lines += [f"  unverified: {u}" for u in v.unverified]
-    lines += [f"  note: {n}" for n in v.notes]
     return "\n".join(lines)

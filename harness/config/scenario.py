@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.config.pin import project_root
-from harness.errors import USAGE, HarnessError
+from harness.errors import HarnessError
+from harness.outcome import USAGE
 
 SCENARIO_SCHEMA_VERSION = 1
 
@@ -41,14 +43,22 @@ class Scenario:
     def pins(self) -> list[str]:
         return sorted(self.per_pin)
 
-    def settings(self, pin: str) -> RunSettings:
-        if pin not in self.per_pin:
+    def settings(self, pin: str | Sequence[str]) -> RunSettings:
+        """The run settings for a pin, given by name or by its lineage (the pin's name, then
+        the pins it extends): [pin.<ancestor>] tables apply farthest first, the pin's own
+        last, so a pin that extends the replica runs the replica's scenarios as shipped."""
+        lineage = (pin,) if isinstance(pin, str) else tuple(pin)
+        pin = lineage[0]
+        tables = [self.per_pin[name] for name in reversed(lineage) if name in self.per_pin]
+        if not tables:
             raise HarnessError(
                 f"scenario {self.name} has no settings for pin {pin} "
                 f"(it covers: {', '.join(self.pins()) or 'none'})",
                 USAGE,
             )
-        merged = {**self.defaults, **self.per_pin[pin]}
+        merged = dict(self.defaults)
+        for table in tables:
+            merged.update(table)
         for key in ("startup_s", "stall_s", "timeout_s"):
             value = merged.get(key)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
@@ -101,7 +111,7 @@ def load_scenario(name_or_path: str) -> Scenario:
             f"(expected {SCENARIO_SCHEMA_VERSION})",
             USAGE,
         )
-    from harness.checks import validate
+    from harness.config.checkspec import validate
 
     validate(data.get("checks", []), path.name)
     try:

@@ -14,14 +14,16 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import psutil
 
-from harness import dashboard, sampler
+from harness import dashboard
 from harness.errors import HarnessError, Interrupted
 from harness.execute.watchdog import Limits, Trigger, Watchdog
 from harness.process import proctree
+from harness.sampling.model import SampleSet
+from harness.sampling.sample import sample_tree
 
 MAX_LINE = 64 * 1024  # longer lines are cut before parsing (the log keeps every byte)
 TAIL_LINES = 200
@@ -62,7 +64,7 @@ class RunOutcome:
     frames: list[dashboard.MetricsFrame]
     output_tail: list[str]
     output_lines: int
-    samples: sampler.SampleSet | None
+    samples: SampleSet | None
     sampling_s: float
     cleanup: proctree.KillReport
     interrupt_signal: int | None = None
@@ -203,7 +205,7 @@ def run_watched(
     pump.start()
     dog = Watchdog(limits, start)
     seen: dict[int, psutil.Process] = {}
-    samples: sampler.SampleSet | None = None
+    samples: SampleSet | None = None
     sampling_s = 0.0
     trigger = Trigger.EXIT
     reason = "exited"
@@ -228,7 +230,7 @@ def run_watched(
                 progressing = dog.progressing(now)
                 if sampling.enabled:
                     t0 = time.monotonic()
-                    samples = sampler.sample_tree(
+                    samples = sample_tree(
                         proc.pid,
                         snapshots=sampling.snapshots,
                         interval=sampling.interval_s,
@@ -275,26 +277,6 @@ def run_watched(
         sampling_s=sampling_s,
         cleanup=cleanup,
     )
-
-
-def add_trainer_options(parser: Any, what: str = "trainer", args: bool = True) -> None:
-    """--env KEY=VALUE (and --arg=ARG), shared by run, watch, compare and bisect."""
-    parser.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="env_vars",
-        help=f"environment variable for the {what} (repeatable)",
-    )
-    if args:
-        parser.add_argument(
-            "--arg",
-            action="append",
-            default=[],
-            dest="trainer_args",
-            help="extra trainer argument, e.g. --arg=--vec.num-buffers=1 (repeatable)",
-        )
 
 
 def command_env(

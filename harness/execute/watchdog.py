@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 
 class Trigger(StrEnum):
@@ -18,32 +17,6 @@ class Trigger(StrEnum):
     WALL = "wall"  # total wall-clock limit reached
     EXIT = "exit"  # the process exited on its own
     INTERRUPT = "interrupt"  # the harness itself was interrupted
-
-
-def positive_seconds(text: str) -> float:
-    """argparse type for a time limit: a finite number of seconds above 0 (nan or inf
-    would silently disable the watchdog)."""
-    import argparse
-    import math
-
-    try:
-        value = float(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from exc
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
-    return value
-
-
-def add_limit_options(parser: Any, per: str = "") -> None:
-    """--timeout / --startup / --stall, shared by run, watch, compare and bisect."""
-    parser.add_argument("--timeout", type=positive_seconds, help=f"wall-clock limit{per} (s)")
-    parser.add_argument(
-        "--startup", type=positive_seconds, help="seconds allowed before the first progress"
-    )
-    parser.add_argument(
-        "--stall", type=positive_seconds, help="seconds allowed without new progress"
-    )
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from harness.checks import CheckResult
+from harness.analysis.checks import CheckResult
 from harness.config.pin import Pin
-from harness.errors import BUILD_FAILED, USAGE, HarnessError
+from harness.errors import HarnessError
+from harness.outcome import BUILD_FAILED, USAGE
 from harness.process import tools
 
 COMPILE_TIMEOUT_S = 120.0

@@ -12,8 +12,10 @@ import urllib.request
 from pathlib import Path
 
 from harness.build import cache_root
-from harness.config.pin import Pin, Verification, sha256_file
-from harness.errors import USAGE, HarnessError
+from harness.config.pin import Pin
+from harness.errors import HarnessError
+from harness.outcome import USAGE
+from harness.source.verify import Verification, sha256_file
 
 INDEX_URL = "https://pypi.org/simple/{package}/"
 NETWORK_TIMEOUT_S = 60.0
@@ -119,3 +121,22 @@ def prepare(pin: Pin, tree: Path) -> list[str]:
         shutil.rmtree(target) if target.is_dir() else target.unlink()
         changes.append(f"prepare: removed {rel}")
     return changes
+
+
+class PypiSource:
+    kind = "pypi"
+
+    def __init__(self, pin: Pin) -> None:
+        self.pin = pin
+
+    def verify(self, checkout: Path | None = None) -> tuple[Verification, Path]:
+        """The hash-checked sdist (`root` is the sdist file); `checkout` does not apply."""
+        return verify_sdist(self.pin)
+
+    def export(self, root: Path, dest: Path, commit: str | None = None) -> list[str]:
+        if commit is not None:
+            raise HarnessError(f"pin {self.pin.name} is a PyPI sdist: it has no commits", USAGE)
+        return unpack(self.pin, root, dest)
+
+    def ref_applier(self, root: Path, base: str | None = None) -> None:
+        return None  # an sdist has no refs: a `ref:` variant step is refused by apply_steps

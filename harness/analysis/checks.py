@@ -1,12 +1,13 @@
 """Scenario checks on what a run reported: dashboard keys present, per-key bounds over every
 frame, finiteness, epochs trained, steps reached, SPS floor, and clipping settings read from
 the resolved config. Checks are data (the scenario's [[checks]], docs/scenario-schema.md);
-each yields one CheckResult with the observed value and the bound.
+each yields one CheckResult with the observed value and the bound. ``run_checks`` evaluates a
+finished run: its dashboard frames, and its end-of-run log (``endlogs``) for final metrics and
+the resolved config.
 """
 
 from __future__ import annotations
 
-import configparser
 import fnmatch
 import math
 import re
@@ -16,9 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import dashboard
-from harness.errors import USAGE, HarnessError
-
-KINDS = ("required", "range", "finite", "config", "steps_reached")
+from harness.analysis import endlogs
 
 
 @dataclass
@@ -28,6 +27,22 @@ class CheckResult:
     observed: object = None
     bound: str = ""
     message: str = ""
+
+
+@dataclass(frozen=True)
+class CheckInputs:
+    """What run_checks looks at: a run's frames and where to find its config and logs."""
+
+    checks: Sequence[Mapping[str, Any]]  # the scenario's [[checks]] specs
+    pin: str | tuple[str, ...]  # the pin's name or lineage: `pins` names any of them
+    frames: Sequence[dashboard.MetricsFrame]  # the run's complete frames, in order
+    tree: Path  # the build tree, whose config files are read when the run left no log
+    run_dir: Path  # the trainer's working dir: end-of-run logs are under logs/<env>/
+    env: str  # the env's name for this pin
+    argv: Sequence[str]  # the trainer's command line (its --sec.key=value flags)
+    config_files: Sequence[str]  # paths in the tree, "{env}" standing for the env's name
+    started_at: float  # wall-clock epoch seconds: logs written before are an older run's
+    steps: int | None  # the requested agent steps, None when none were
 
 
 @dataclass
@@ -206,6 +221,7 @@ def _epoch_size(factors: Sequence[str], config: Mapping[str, Mapping[str, str]])
     return size if factors else 0
 
 
+# one checker per kind of harness.config.checkspec.KINDS
 CHECKERS = {
     "required": _check_required,
     "range": _check_range,
@@ -215,54 +231,16 @@ CHECKERS = {
 }
 
 
-def validate(specs: Iterable[Mapping[str, Any]], where: str) -> None:
-    """Reject unknown kinds, missing fields and mistyped values before anything runs: a bad
-    scenario must fail in a second, not after a ten-minute run."""
-    needs = {
-        "required": ("keys",),
-        "range": (),
-        "finite": ("keys",),
-        "config": ("section", "key"),
-        "steps_reached": (),
-    }
-    for spec in specs:
-        if not isinstance(spec, Mapping):
-            raise HarnessError(f"{where}: each [[checks]] entry must be a table", USAGE)
-        name = f"{where}: check {spec.get('name', spec.get('kind'))!r}"
-        kind = spec.get("kind")
-        if kind not in CHECKERS:
-            raise HarnessError(
-                f"{where}: unknown check kind {kind!r} (known: {', '.join(KINDS)})", USAGE
-            )
-        missing = [f for f in needs[kind] if f not in spec]
-        if kind == "range" and "key" not in spec and "keys" not in spec:
-            missing.append("key")
-        if missing:
-            raise HarnessError(f"{name} needs {', '.join(missing)}", USAGE)
-        _typed(spec, name)
-
-
-def _typed(spec: Mapping[str, Any], name: str) -> None:
-    numbers = ("min", "max", "fraction")
-    for field_name in numbers:
-        value = spec.get(field_name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise HarnessError(f"{name}: {field_name} must be a number, not {value!r}", USAGE)
-    for field_name in ("keys", "pins", "per_epoch"):
-        value = spec.get(field_name)
-        if value is not None and (
-            not isinstance(value, list) or not all(isinstance(v, str) for v in value)
-        ):
-            raise HarnessError(f"{name}: {field_name} must be a list of strings", USAGE)
-    if spec.get("over", "all") not in ("all", "last"):
-        raise HarnessError(f'{name}: over must be "all" or "last"', USAGE)
-
-
-def evaluate(specs: Iterable[Mapping[str, Any]], obs: Observed, pin: str) -> list[CheckResult]:
+def evaluate(
+    specs: Iterable[Mapping[str, Any]], obs: Observed, pin: str | Sequence[str]
+) -> list[CheckResult]:
+    """Every check that applies to the pin: one without `pins`, or one naming the pin or a
+    pin it extends (`pin` may be the lineage: the pin's name, then its ancestors')."""
+    lineage = (pin,) if isinstance(pin, str) else tuple(pin)
     results: list[CheckResult] = []
     for spec in specs:
         pins = spec.get("pins")
-        if pins is not None and pin not in pins:
+        if pins is not None and not any(name in pins for name in lineage):
             continue
         results += CHECKERS[spec["kind"]](spec, obs)
     return results
@@ -271,17 +249,6 @@ def evaluate(specs: Iterable[Mapping[str, Any]], obs: Observed, pin: str) -> lis
 # ---------------------------------------------------------------- resolved config
 
 _FLAG = re.compile(r"^--(?P<section>[A-Za-z_][\w-]*)\.(?P<key>[\w-]+)=(?P<value>.*)$")
-
-
-def _read_ini(path: Path, into: dict[str, dict[str, str]]) -> None:
-    parser = configparser.ConfigParser(interpolation=None, strict=False)
-    parser.optionxform = str  # type: ignore[assignment,method-assign]
-    try:
-        parser.read(path)
-    except configparser.Error:
-        return
-    for section in parser.sections():
-        into.setdefault(section, {}).update(parser.items(section))
 
 
 def resolved_config(
@@ -295,17 +262,18 @@ def resolved_config(
     """The run's config: its own end-of-run record (run_dir/logs/<env>/*.ini written since
     the run began) when there is one, else the build tree's config files plus the
     --sec.key=value arguments."""
-    logs = sorted(
-        (p for p in (run_dir / "logs" / env).glob("*.ini") if p.stat().st_mtime >= since),
-        key=lambda p: p.stat().st_mtime,
-    )
+    log = endlogs.newest_log(run_dir, env, since)
+    return _config(log, tree, env, argv, config_files)
+
+
+def _config(
+    log: Path | None, tree: Path, env: str, argv: Sequence[str], config_files: Sequence[str]
+) -> tuple[dict[str, dict[str, str]], str]:
+    if log is not None:
+        return endlogs.log_config(log), str(log)
     config: dict[str, dict[str, str]] = {}
-    if logs:
-        _read_ini(logs[-1], config)
-        config.pop("metrics", None)
-        return config, str(logs[-1])
     for rel in config_files:
-        _read_ini(tree / rel.format(env=env), config)
+        endlogs.read_ini(tree / rel.format(env=env), config)
     for arg in _joined_flags(argv):
         m = _FLAG.match(arg)
         if m:
@@ -330,25 +298,14 @@ def _joined_flags(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def run_checks(
-    specs: Sequence[Mapping[str, Any]],
-    pin: str,
-    frames: Sequence[dashboard.MetricsFrame],
-    tree: Path,
-    run_dir: Path,
-    env: str,
-    argv: Sequence[str],
-    config_files: Sequence[str],
-    since: float,
-    requested_steps: int | None,
-) -> tuple[list[CheckResult], str]:
-    logs = list((run_dir / "logs" / env).glob("*.ini"))
-    fresh = any(p.stat().st_mtime >= since for p in logs)
+def run_checks(inputs: CheckInputs) -> tuple[list[CheckResult], str]:
+    """The results of the checks on a run, and where its config was read from."""
     # an older run's record is not this run's
-    final = dashboard.read_run_logs(run_dir, env) if fresh else {}
-    config, source = resolved_config(tree, run_dir, env, argv, config_files, since)
-    obs = observe(frames, final, config, requested_steps)
-    return evaluate(specs, obs, pin), source
+    log = endlogs.newest_log(inputs.run_dir, inputs.env, inputs.started_at)
+    final = endlogs.log_metrics(log) if log is not None else {}
+    config, source = _config(log, inputs.tree, inputs.env, inputs.argv, inputs.config_files)
+    obs = observe(inputs.frames, final, config, inputs.steps)
+    return evaluate(inputs.checks, obs, inputs.pin), source
 
 
 def apply_to_verdict(verdict: Any, results: Sequence[CheckResult]) -> None:

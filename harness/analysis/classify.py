@@ -7,18 +7,15 @@ Stack patterns are data (harness/data/signatures.toml for runtimes, the pin's
 
 from __future__ import annotations
 
-import re
 import signal
-import tomllib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import resources
-from typing import Any
 
-from harness import errors
+from harness import outcome
+from harness.config.signatures import Signatures
 from harness.execute.watchdog import Trigger
-from harness.sampler import Frame, SampleSet, ThreadStack
+from harness.sampling.model import Frame, SampleSet, ThreadStack
 
 BUSY_FRACTION = 0.5  # a thread using at least half a core between snapshots is busy
 # ... and so is one that was runnable (R) in every snapshot and got CPU: on a loaded machine
@@ -49,73 +46,7 @@ class Verdict:
     )  # own frame, then runtime frames inward
     runtime: list[str] = field(default_factory=list)  # runtime pattern names under the location
     evidence: list[str] = field(default_factory=list)
-    exit_code: int = errors.PASS
-
-
-@dataclass(frozen=True)
-class Pattern:
-    name: str
-    functions: tuple[re.Pattern[str], ...]
-    files: tuple[str, ...] = ()
-    modules: tuple[re.Pattern[str], ...] = ()
-    passive: bool = False
-    mechanism: str | None = None
-
-    def matches(self, frame: Frame) -> bool:
-        if self.files and not (frame.file and frame.file.endswith(self.files)):
-            return False
-        if self.modules:
-            base = (frame.module or "").rsplit("/", 1)[-1]
-            if not any(rx.fullmatch(base) for rx in self.modules):
-                return False
-        # glibc's internal aliases (__GI___wait4) are the public function under another name
-        name = frame.function.removeprefix("__GI_")
-        return not self.functions or any(rx.fullmatch(name) for rx in self.functions)
-
-
-@dataclass(frozen=True)
-class OutputPattern:
-    name: str
-    regex: re.Pattern[str]
-    summary: str
-
-
-@dataclass(frozen=True)
-class Signatures:
-    runtime: tuple[Pattern, ...]
-    output: tuple[OutputPattern, ...]
-    own: tuple[Pattern, ...] = ()  # the upstream's named locations, in priority order
-
-    def with_own(self, own: Sequence[Pattern]) -> Signatures:
-        return Signatures(self.runtime, self.output, tuple(own))
-
-
-def pattern_from_table(table: dict[str, Any], where: str) -> Pattern:
-    try:
-        pattern = Pattern(
-            name=str(table["name"]),
-            functions=tuple(re.compile(f) for f in table.get("functions", ())),
-            files=tuple(table.get("files", ())),
-            modules=tuple(re.compile(m) for m in table.get("modules", ())),
-            passive=bool(table.get("passive", False)),
-            mechanism=table.get("mechanism"),
-        )
-    except (KeyError, TypeError, re.error) as exc:
-        raise errors.HarnessError(f"{where}: bad signature entry {table!r}: {exc}") from exc
-    if not (pattern.functions or pattern.modules):
-        raise errors.HarnessError(f"{where}: signature {pattern.name!r} needs functions or modules")
-    return pattern
-
-
-def load_signatures() -> Signatures:
-    text = resources.files("harness").joinpath("data/signatures.toml").read_text()
-    data = tomllib.loads(text)
-    runtime = tuple(pattern_from_table(t, "signatures.toml") for t in data.get("runtime", []))
-    output = tuple(
-        OutputPattern(t["name"], re.compile(t["regex"]), t["summary"])
-        for t in data.get("output", [])
-    )
-    return Signatures(runtime, output)
+    exit_code: int = outcome.PASS
 
 
 # ---------------------------------------------------------------- stacks
@@ -292,7 +223,7 @@ def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> V
     evidence = [reason]
     if samples is None or not samples.activity:
         evidence.append("no thread samples were taken (sampling disabled or the tree was gone)")
-        return Verdict("hang", "hang: " + reason, evidence=evidence, exit_code=errors.HANG)
+        return Verdict("hang", "hang: " + reason, evidence=evidence, exit_code=outcome.HANG)
     views = _views(samples)
     mechanism, culprits, why = _mechanism(views, sigs)
     evidence.append(f"mechanism {mechanism}: {why}")
@@ -332,7 +263,7 @@ def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> V
         location_frames=frames,
         runtime=runtime,
         evidence=evidence,
-        exit_code=errors.HANG,
+        exit_code=outcome.HANG,
     )
 
 
@@ -362,7 +293,7 @@ def classify_exit(returncode: int, tail: Sequence[str], sigs: Signatures) -> Ver
     explained = explain_output(tail, sigs)
     last = [f"output: {line}" for line in tail[-5:] if line.strip()]
     if returncode == 0:
-        return Verdict("pass", "exited 0", exit_code=errors.PASS)
+        return Verdict("pass", "exited 0", exit_code=outcome.PASS)
     sig = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
     via = "" if returncode < 0 else f" (exit status {returncode} = 128 + signal)"
     if sig and (returncode < 0 or sig in CRASH_SIGNALS):
@@ -371,14 +302,14 @@ def classify_exit(returncode: int, tail: Sequence[str], sigs: Signatures) -> Ver
             "crash",
             f"crash: killed by {name}{via}" + (f": {explained[0]}" if explained else ""),
             evidence=[f"terminated by {name}{via}", *explained, *last],
-            exit_code=errors.CRASH,
+            exit_code=outcome.CRASH,
         )
     summary = f"error-exit: status {returncode}" + (f": {explained[0]}" if explained else "")
     return Verdict(
         "error-exit",
         summary,
         evidence=[f"exit status {returncode}", *explained, *last],
-        exit_code=errors.CRASH,
+        exit_code=outcome.CRASH,
     )
 
 
@@ -401,6 +332,6 @@ def classify(
             "timeout-progressing",
             "wall-clock limit reached while the run was still making progress",
             evidence=[reason],
-            exit_code=errors.TIMEOUT_PROGRESSING,
+            exit_code=outcome.TIMEOUT_PROGRESSING,
         )
     return classify_hang(samples, reason, sigs)

@@ -1,8 +1,16 @@
-"""Upstream checkouts (GitPython): locate or clone a checkout, verify it against the pin,
-export a tree (working tree or a commit) into a scratch folder, and fetch fix refs.
+"""Git sources: locate or clone a checkout, verify it against the pin, export a tree
+(working tree or a commit) into a scratch folder, and fetch and apply fix refs (`ref:`).
 
 The user's checkout is only ever read: refs are fetched into a harness-owned bare clone
 (which borrows the checkout's objects), and builds happen in exported copies.
+
+Repository reads (HEAD, status, history) are in harness.source.gitrepo. Every git call
+here goes through harness.process.tools.run_tool (own session, hard timeout, the whole
+session killed), as before: the writes (clone, fetch, checkout, the mirror), and the
+export and `ref:` reads too (ls-files, archive, merge-base, diff), since a diff may run
+programs the repository configures (external diff drivers). Timeouts: GIT_TIMEOUT_S
+(120 s) for local commands, NETWORK_TIMEOUT_S for fetch and clone, 30 s for the mirror's
+rev-parse.
 """
 
 from __future__ import annotations
@@ -15,45 +23,27 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-import git
-
 from harness import variants
 from harness.build import cache_root
-from harness.config.pin import UNVERIFIED, Pin, Verification, check_files, summarize
-from harness.errors import USAGE, HarnessError
+from harness.config.pin import UNVERIFIED, Pin
+from harness.errors import HarnessError
+from harness.outcome import USAGE
 from harness.process import tools
+from harness.source.gitrepo import (
+    GIT_TIMEOUT_S,
+    commit_matches,
+    dirty_paths,
+    git_result,
+    head_commit,
+    open_repo,
+)
+from harness.source.verify import Verification, check_files, sha256_file, summarize
 
-GIT_TIMEOUT_S = 120.0
 NETWORK_TIMEOUT_S = 600.0
 
 
 def _git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> str:
     return git_result(root, *args, timeout=timeout).stdout
-
-
-def git_result(
-    root: Path, *args: str, timeout: float = GIT_TIMEOUT_S, ok: tuple[int, ...] = (0,)
-) -> tools.ToolResult:
-    """git with a hard timeout (its session is killed); exit codes outside `ok` are errors."""
-    res = tools.run_tool(["git", "-C", str(root), *args], timeout=timeout)
-    if res.timed_out:
-        raise HarnessError(f"git {args[0]} timed out after {timeout:g}s in {root}", USAGE)
-    if res.returncode not in ok:
-        first = (res.error or res.stderr or res.stdout).strip().splitlines()
-        raise HarnessError(
-            f"git {' '.join(args[:2])} failed in {root}: {first[0] if first else res.returncode}",
-            USAGE,
-        )
-    return res
-
-
-def open_repo(path: Path) -> git.Repo:
-    if not path.exists():
-        raise HarnessError(f"checkout {path} does not exist", USAGE)
-    try:
-        return git.Repo(path)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
-        raise HarnessError(f"checkout {path} is not a git repository", USAGE) from exc
 
 
 def managed_checkout(pin: Pin) -> Path:
@@ -76,23 +66,6 @@ def locate_checkout(pin: Pin, checkout: Path | None) -> Path:
         f"or run `harness pin fetch --pin {pin.name}`",
         USAGE,
     )
-
-
-def head_commit(root: Path) -> str:
-    return _git(root, "rev-parse", "HEAD").strip()
-
-
-def dirty_paths(root: Path) -> list[str]:
-    out = _git(root, "status", "--porcelain", "--untracked-files=normal")
-    return [line[3:] for line in out.splitlines() if line.strip()]
-
-
-def commit_matches(expected: str, actual: str) -> bool:
-    """An UNVERIFIED:<short> pin matches a commit with that prefix; a full pin matches exactly."""
-    if expected.startswith(UNVERIFIED):
-        short = expected.split(":", 1)[-1]
-        return bool(short) and actual.startswith(short)
-    return actual == expected
 
 
 def verify_git(pin: Pin, root: Path) -> Verification:
@@ -118,15 +91,6 @@ def verify_git(pin: Pin, root: Path) -> Verification:
     if expected.startswith(UNVERIFIED) and not commit_matches(expected, actual):
         result.status = "drift"
     return result
-
-
-def verify_external(pin: Pin, checkout: Path | None) -> tuple[Verification, Path]:
-    if pin.source.kind == "git":
-        root = locate_checkout(pin, checkout)
-        return verify_git(pin, root), root
-    from harness import pypi  # PyPI sdists: downloaded, hash-checked, unpacked
-
-    return pypi.verify_sdist(pin)
 
 
 def export_tree(pin: Pin, root: Path, dest: Path, commit: str | None = None) -> None:
@@ -265,8 +229,6 @@ def fetch_checkout(pin: Pin, dest: Path | None = None) -> Path:
 
 def update_pin_file(pin: Pin, root: Path, commit: str | None) -> list[str]:
     """Rewrite the pin's commit and [files] hashes from a real tree; returns what changed."""
-    from harness.config.pin import sha256_file
-
     text = pin.file.read_text()
     changes: list[str] = []
     if commit is not None and pin.source.commit != commit:
@@ -292,3 +254,21 @@ def update_pin_file(pin: Pin, root: Path, commit: str | None) -> list[str]:
     comment = "# sha256 of the files that matter; `harness pin update` rewrites this table\n"
     pin.file.write_text(head + sep + comment + "\n".join(lines) + "\n")
     return changes
+
+
+class GitSource:
+    kind = "git"
+
+    def __init__(self, pin: Pin) -> None:
+        self.pin = pin
+
+    def verify(self, checkout: Path | None = None) -> tuple[Verification, Path]:
+        root = locate_checkout(self.pin, checkout)
+        return verify_git(self.pin, root), root
+
+    def export(self, root: Path, dest: Path, commit: str | None = None) -> list[str]:
+        export_tree(self.pin, root, dest, commit)
+        return []
+
+    def ref_applier(self, root: Path, base: str | None = None) -> Callable[[Path, str], list[str]]:
+        return ref_applier(self.pin, root, base=base)

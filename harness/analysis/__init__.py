@@ -1,0 +1,1 @@
+"""What happened and whether it was right: classification, checks, end-of-run logs."""

@@ -1,0 +1,237 @@
+"""What a bisect is made of: its options (a RunOptions plus the search's own), one run of one
+commit, one tested commit, and the result with its report.json form (docs/bisect.md)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import __version__, outcome
+from harness.config.pin import Pin
+from harness.pipeline.options import RunOptions
+from harness.source.gitrepo import CommitInfo
+
+SCHEMA_VERSION = 1
+GOOD, BAD, SKIP = "good", "bad", "skip"
+# the failures a bisect looks for: the kinds the outcome registry says reproduce a failure
+FAILURES = outcome.REPRODUCED
+EXPECTS: dict[str, frozenset[str]] = {
+    "hang": frozenset({"hang"}),
+    "crash": frozenset({"crash", "error-exit"}),  # both are exit code 3
+    "check-failed": frozenset({"check-failed"}),
+    "any-failure": FAILURES,
+}
+# the same tree fails to build (or to prepare) the same way every time: repeating is useless
+UNREPEATABLE = frozenset({"build-failed", "error"})
+ROLES = ("good-end", "bad-end", "search", "confirm-fix", "step")
+
+
+@dataclass(frozen=True)
+class BisectOptions:
+    """A run's options (env, pin, checkout, variant built at every step, limits, sampling,
+    report folder …) plus what the search needs."""
+
+    run: RunOptions
+    good: str = ""
+    bad: str = ""
+    expect: str = "hang"  # hang | crash | check-failed | any-failure
+    location: str | None = None  # a bad step's verdict must be located here
+    repeat: int = 1
+    confirm_fix: str | None = None  # variant to run on the first bad commit
+
+
+@dataclass
+class RunRecord:
+    """One harness run of one commit."""
+
+    kind: str  # the verdict kind, or "error" when the harness could not prepare the tree
+    summary: str
+    exit_code: int
+    classification: str  # good | bad | skip
+    location: str | None = None
+    mechanism: str | None = None
+    location_frames: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    build_key: str | None = None
+    build_ok: bool | None = None
+    build_s: float | None = None
+    cache_hit: bool | None = None
+    run_s: float | None = None
+    epochs: float | None = None
+    sps: float | None = None
+    report_dir: str | None = None
+
+
+@dataclass
+class StepRecord:
+    """One tested commit: up to --repeat runs, classified together."""
+
+    role: str  # good-end | bad-end | search | confirm-fix | step
+    index: int  # position among the candidates, oldest 0; the good end is -1
+    commit: CommitInfo
+    variant: str
+    classification: str
+    runs: list[RunRecord]
+
+    @property
+    def decisive(self) -> RunRecord:
+        """The run that decided the classification: the first bad one, else the last."""
+        return next((r for r in self.runs if r.classification == BAD), self.runs[-1])
+
+    def counts(self) -> dict[str, int]:
+        tally = {c: sum(r.classification == c for r in self.runs) for c in (GOOD, BAD, SKIP)}
+        return {"runs": len(self.runs), **tally}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "index": self.index,
+            "commit": asdict(self.commit),
+            "variant": self.variant,
+            "classification": self.classification,
+            "counts": self.counts(),
+            "verdict": asdict(self.decisive),
+            "runs": [asdict(r) for r in self.runs],
+        }
+
+
+@dataclass
+class Setup:
+    """What every step shares, validated once before anything is built."""
+
+    opts: BisectOptions
+    pin: Pin
+    root: Path
+
+
+@dataclass
+class BisectResult:
+    run_id: str
+    directory: Path
+    setup: Setup
+    good: CommitInfo
+    bad: CommitInfo
+    candidates: list[CommitInfo]  # good..bad on the first-parent line, oldest first
+    steps: list[StepRecord] = field(default_factory=list)
+    status: str = "running"  # running | found | range | failed | interrupted
+    first_bad: StepRecord | None = None
+    parent: StepRecord | None = None  # the last good step before the first bad commit
+    possible: list[CommitInfo] = field(default_factory=list)  # status "range"
+    diffstat: str = ""
+    confirm: StepRecord | None = None
+    error: str | None = None
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+
+    @property
+    def search_steps(self) -> list[StepRecord]:
+        return [s for s in self.steps if s.role != "confirm-fix"]
+
+    @property
+    def runs(self) -> list[RunRecord]:
+        return [r for s in self.steps for r in s.runs]
+
+    @property
+    def step_bound(self) -> int:
+        """⌈log2 N⌉ + skips + 2 (the ends): the most steps the search may take."""
+        skips = sum(s.classification == SKIP for s in self.search_steps)
+        return (len(self.candidates) - 1).bit_length() + skips + 2
+
+    @property
+    def location_matched(self) -> bool | None:
+        want = self.setup.opts.location
+        if self.first_bad is None or want is None:
+            return None
+        return self.first_bad.decisive.location == want
+
+    @property
+    def fix_confirmed(self) -> bool | None:
+        return None if self.confirm is None else self.confirm.classification == GOOD
+
+    @property
+    def exit_code(self) -> int:
+        """0: a first bad commit was named (and the fix, if asked, passes on it); 1: not."""
+        return 0 if self.status == "found" and self.fix_confirmed is not False else 1
+
+    def totals(self) -> dict[str, int]:
+        runs = self.runs
+        built = [r for r in runs if r.build_key and not r.cache_hit]
+        return {
+            "steps": len(self.search_steps),
+            "skips": sum(s.classification == SKIP for s in self.search_steps),
+            "step_bound": self.step_bound,
+            "runs": len(runs),
+            "builds": len(built),
+            "distinct_builds": len({r.build_key for r in runs if r.build_key}),
+            "cache_hits": sum(bool(r.cache_hit) for r in runs),
+            "build_failures": sum(r.kind == "build-failed" for r in runs),
+        }
+
+    def message(self) -> str:
+        if self.error:
+            return self.error
+        if self.status == "found" and self.first_bad is not None:
+            c = self.first_bad.commit
+            return f"{c.sha} is the first bad commit: {c.subject}"
+        if self.status == "range":
+            listed = ", ".join(f"{c.short} {c.subject}" for c in self.possible)
+            return f"the first bad commit could be any of: {listed}"
+        return self.status
+
+    def to_json(self) -> dict[str, Any]:
+        opts = self.setup.opts
+        end = self.finished or time.time()
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "harness_version": __version__,
+            "mode": "bisect",
+            "run_id": self.run_id,
+            "status": self.status,
+            "started_at": _iso(self.started),
+            "finished_at": _iso(self.finished) if self.finished else None,
+            "wall_s": round(end - self.started, 3),
+            "harness_argv": opts.run.harness_argv,
+            "env": opts.run.env,
+            "pin": {"name": self.setup.pin.name, "file": str(self.setup.pin.file)},
+            "checkout": str(self.setup.root),
+            "scenario": opts.run.scenario or opts.run.env,
+            "variant": opts.run.variant,
+            "expect": opts.expect,
+            "location": opts.location,
+            "repeat": opts.repeat,
+            "good": asdict(self.good),
+            "bad": asdict(self.bad),
+            "candidates": len(self.candidates),
+            "steps": [s.to_json() for s in self.steps],
+            "totals": self.totals(),
+            "result": self._result_json(),
+            "confirm_fix": self._confirm_json(),
+            "error": self.error,
+        }
+
+    def _result_json(self) -> dict[str, Any]:
+        return {
+            "message": self.message(),
+            "first_bad": asdict(self.first_bad.commit) if self.first_bad else None,
+            "first_bad_run": asdict(self.first_bad.decisive) if self.first_bad else None,
+            "parent": asdict(self.parent.commit) if self.parent else None,
+            "parent_run": asdict(self.parent.decisive) if self.parent else None,
+            "possible": [asdict(c) for c in self.possible],
+            "location_matched": self.location_matched,
+            "diffstat": self.diffstat,
+        }
+
+    def _confirm_json(self) -> dict[str, Any] | None:
+        if self.confirm is None:
+            return None
+        return {
+            "variant": self.confirm.variant,
+            "confirmed": self.fix_confirmed,
+            "step": self.confirm.to_json(),
+        }
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))

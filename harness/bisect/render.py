@@ -1,0 +1,159 @@
+"""A bisect for people: report.md (the answer, the parent and the first bad commit side by
+side, every step) and the one-screen terminal summary."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from harness.bisect.model import BAD, GOOD, SKIP, BisectResult, RunRecord, StepRecord
+from harness.bisect.steps import expected, shown
+from harness.report.markdown import table
+
+
+def _build_text(r: RunRecord) -> str:
+    if r.build_key is None:
+        return "-"
+    state = "cache hit" if r.cache_hit else f"built in {r.build_s or 0:.1f}s"
+    return state if r.build_ok is not False else f"FAILED ({state})"
+
+
+def side_by_side(result: BisectResult) -> list[tuple[str, str, str]]:
+    """(field, parent's passing run, first bad commit's run) rows."""
+    assert result.first_bad is not None and result.parent is not None
+    p, b = result.parent.decisive, result.first_bad.decisive
+    pc, bc = result.parent.commit, result.first_bad.commit
+
+    def metrics(r: RunRecord) -> str:
+        return f"epoch {r.epochs if r.epochs is not None else '-'}, SPS {r.sps or '-'}"
+
+    return [
+        ("commit", f"{pc.short} {pc.subject}", f"{bc.short} {bc.subject}"),
+        ("verdict", p.kind, b.kind),
+        ("summary", p.summary, b.summary),
+        ("mechanism", p.mechanism or "-", b.mechanism or "-"),
+        ("location", p.location or "-", b.location or "-"),
+        ("frames", " → ".join(p.location_frames) or "-", " → ".join(b.location_frames) or "-"),
+        ("progress", metrics(p), metrics(b)),
+        (
+            "run",
+            f"{p.run_s or 0:.1f}s, exit {p.exit_code}",
+            f"{b.run_s or 0:.1f}s, exit {b.exit_code}",
+        ),
+        ("build", _build_text(p), _build_text(b)),
+        ("runs (bad/good/skip)", _counts_text(result.parent), _counts_text(result.first_bad)),
+        ("report", p.report_dir or "-", b.report_dir or "-"),
+    ]
+
+
+def _counts_text(step: StepRecord) -> str:
+    c = step.counts()
+    return f"{c['runs']} ({c[BAD]}/{c[GOOD]}/{c[SKIP]})"
+
+
+def _md_result(result: BisectResult) -> list[str]:
+    opts = result.setup.opts
+    lines = [f"**{result.message()}**", "", f"- expected: {expected(opts)}"]
+    if result.first_bad is not None:
+        c = result.first_bad.commit
+        lines += [f"- author: {c.author}, {c.date}"]
+        if result.location_matched is not None:
+            lines.append(f"- --location {opts.location} matched: {result.location_matched}")
+        if result.confirm is not None:
+            verdict = "passes" if result.fix_confirmed else "does not pass"
+            lines.append(
+                f"- fix `{result.confirm.variant}` on {c.short}: {verdict} "
+                f"({shown(result.confirm)})"
+            )
+        lines += ["", *table(("", "parent (last good)", "first bad"), side_by_side(result))]
+        lines += ["", "## Evidence (first bad)", ""]
+        lines += [f"- {e}" for e in result.first_bad.decisive.evidence]
+        lines += ["", "## Diff stat", "", "```", result.diffstat, "```"]
+    return lines
+
+
+def render_markdown(result: BisectResult) -> str:
+    opts, totals = result.setup.opts, result.totals()
+    lines = [
+        f"# harness bisect: {opts.run.env} ({result.setup.pin.name})",
+        "",
+        f"{result.good.short}..{result.bad.short}: {len(result.candidates)} commits on the "
+        f"first-parent line, variant {opts.run.variant}, repeat {opts.repeat}; "
+        f"status {result.status}",
+        "",
+        *_md_result(result),
+        "",
+        "## Steps",
+        "",
+    ]
+    lines += table(
+        (
+            "#",
+            "role",
+            "commit",
+            "subject",
+            "verdict",
+            "location",
+            "class",
+            "runs (bad/good/skip)",
+            "build",
+            "run",
+        ),
+        (
+            (
+                n,
+                s.role,
+                s.commit.short,
+                s.commit.subject,
+                s.decisive.kind,
+                s.decisive.location,
+                s.classification,
+                _counts_text(s),
+                _build_text(s.decisive),
+                f"{s.decisive.run_s or 0:.1f}s",
+            )
+            for n, s in enumerate(result.steps, 1)
+        ),
+    )
+    lines += ["", "## Totals", ""] + [f"- {k}: {v}" for k, v in totals.items()]
+    return "\n".join(lines) + "\n"
+
+
+def print_summary(result: BisectResult, stream: TextIO | None = None) -> None:
+    """One screen: the answer, the side-by-side runs, the step count, the report folder."""
+    console = Console(file=stream, highlight=False, soft_wrap=False)
+    totals = result.totals()
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    style = {"found": "bold green", "range": "bold yellow"}.get(result.status, "bold red")
+    grid.add_row("result", f"[{style}]{escape(result.message())}[/]")
+    grid.add_row("expected", expected(result.setup.opts))
+    if result.first_bad is not None:
+        c = result.first_bad.commit
+        grid.add_row("author", escape(f"{c.author}, {c.date}"))
+        if result.location_matched is not None:
+            grid.add_row("location", f"matched: {result.location_matched}")
+        if result.confirm is not None:
+            ok = "[green]passes[/]" if result.fix_confirmed else "[red]does not pass[/]"
+            grid.add_row("fix", f"{escape(result.confirm.variant)}: {ok}")
+    grid.add_row(
+        "cost",
+        f"{totals['steps']} steps (bound {totals['step_bound']}), {totals['runs']} runs, "
+        f"{totals['builds']} builds, {totals['cache_hits']} cache hits, {totals['skips']} skips",
+    )
+    grid.add_row("report", escape(str(result.directory)))
+    console.print(
+        Panel(grid, title=escape(f"harness bisect: {result.setup.opts.run.env}"), expand=False)
+    )
+    if result.first_bad is not None:
+        table = Table("", "parent (last good)", "first bad", expand=False)
+        for key, a, b in side_by_side(result):
+            if key != "report":
+                table.add_row(escape(key), escape(a), escape(b))
+        console.print(table)
+        console.print(result.diffstat, markup=False)

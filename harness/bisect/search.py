@@ -1,0 +1,189 @@
+"""The search: check both ends, then a binary search over the first-parent candidates that
+steps around untestable commits (the pure part is `_Search.search`: it only sees
+good/bad/skip); `bisect_step` is the `git bisect run` test of HEAD."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from harness import outcome
+from harness.bisect.model import BAD, GOOD, SKIP, BisectOptions, BisectResult, StepRecord
+from harness.bisect.render import render_markdown
+from harness.bisect.steps import expected, setup_for, shown, try_commit
+from harness.errors import HarnessError, Interrupted
+from harness.files import atomic_write
+from harness.outcome import USAGE
+from harness.report import store
+from harness.source.gitrepo import commit_info, diffstat, first_parent_range, is_ancestor, resolve
+
+
+def prepare(opts: BisectOptions) -> BisectResult:
+    """Validate the options and the two ends; list the candidates. Nothing is built yet."""
+    if not opts.good or not opts.bad:
+        raise HarnessError("bisect needs both --good and --bad", USAGE)
+    setup = setup_for(opts)
+    root = setup.root
+    good, bad = resolve(root, opts.good), resolve(root, opts.bad)
+    if good == bad:
+        raise HarnessError(f"--good and --bad are the same commit {good[:12]}: nothing to bisect")
+    if not is_ancestor(root, good, bad):
+        if is_ancestor(root, bad, good):
+            raise HarnessError(
+                f"--good and --bad are reversed: the bad end {bad[:12]} is an ancestor of the "
+                f"good end {good[:12]} (swap --good and --bad)"
+            )
+        raise HarnessError(
+            f"the good end {good[:12]} is not an ancestor of the bad end {bad[:12]}: "
+            "there is no single history between them"
+        )
+    candidates = first_parent_range(root, good, bad)
+    run_id = store.new_run_id(f"bisect-{opts.run.env}")
+    return BisectResult(
+        run_id,
+        opts.run.report_dir / run_id,
+        setup,
+        commit_info(root, good),
+        candidates[-1],
+        candidates,
+    )
+
+
+class _Search:
+    def __init__(self, result: BisectResult) -> None:
+        self.result = result
+        self.setup = result.setup
+        self.tested: dict[int, StepRecord] = {}
+
+    def test(self, index: int, role: str) -> StepRecord:
+        res = self.result
+        commit = res.good if index < 0 else res.candidates[index]
+        step = try_commit(
+            self.setup, commit, role, index, self.setup.opts.run.variant, res.directory / "steps"
+        )
+        res.steps.append(step)
+        self.tested[index] = step
+        save(res)
+        return step
+
+    def check_ends(self) -> None:
+        """The bad end first: if the failure does not reproduce there, nothing else matters."""
+        res, opts = self.result, self.setup.opts
+        bad = self.test(len(res.candidates) - 1, "bad-end")
+        if bad.classification == GOOD:
+            raise HarnessError(f"the bad end {res.bad.short} passed: nothing to bisect", USAGE)
+        if bad.classification == SKIP:
+            raise HarnessError(
+                f"the bad end {res.bad.short} does not show the expected failure "
+                f"({expected(opts)}): it showed {shown(bad)}",
+                USAGE,
+            )
+        good = self.test(-1, "good-end")
+        if good.classification == BAD:
+            raise HarnessError(
+                f"the good end {res.good.short} shows the failure ({shown(good)}): "
+                "pick an older --good",
+                USAGE,
+            )
+        if good.classification == SKIP:
+            raise HarnessError(
+                f"the good end {res.good.short} is not good: it showed {shown(good)}", USAGE
+            )
+
+    def search(self) -> None:
+        """Binary search over the candidates with skips. Invariant: `lo` is good (-1: the good
+        end), `hi` bad. Each probe is the median of the untested, unskipped candidates, so
+        a skip moves the next probe to the nearest neighbour, alternately on either side,
+        and a decisive probe halves the commits left: ⌈log2 N⌉ decisive probes at most."""
+        lo, hi = -1, len(self.result.candidates) - 1
+        skipped: set[int] = set()
+        while pool := [i for i in range(lo + 1, hi) if i not in skipped]:
+            probe = pool[(len(pool) + 1) // 2 - 1]
+            cls = self.test(probe, "search").classification
+            if cls == BAD:
+                hi = probe
+            elif cls == GOOD:
+                lo = probe
+            else:
+                skipped.add(probe)
+        self.conclude(lo, hi, sorted(i for i in skipped if lo < i < hi))
+
+    def conclude(self, lo: int, hi: int, skipped: list[int]) -> None:
+        res = self.result
+        if skipped:  # untestable commits hide where the failure came in: a range, like git
+            res.status = "range"
+            res.possible = [res.candidates[i] for i in [*skipped, hi]]
+            return
+        res.status = "found"
+        res.first_bad, res.parent = self.tested[hi], self.tested[lo]
+        res.diffstat = diffstat(self.setup.root, res.first_bad.commit.sha)
+
+    def confirm(self, variant: str) -> None:
+        res = self.result
+        assert res.first_bad is not None
+        bad = res.first_bad
+        step = try_commit(
+            self.setup, bad.commit, "confirm-fix", bad.index, variant, res.directory / "steps"
+        )
+        res.steps.append(step)
+        res.confirm = step
+        save(res)
+
+
+def bisect(opts: BisectOptions) -> BisectResult:
+    """Find the first bad commit between opts.good and opts.bad (see the module doc)."""
+    result = prepare(opts)
+    save(result)
+    search = _Search(result)
+    try:
+        search.check_ends()
+        search.search()
+        if opts.confirm_fix and result.first_bad is not None:
+            search.confirm(opts.confirm_fix)
+    except HarnessError as exc:
+        result.error = exc.message
+        finish(result, "failed")
+        raise
+    except (Interrupted, KeyboardInterrupt):
+        finish(result, "interrupted")
+        raise
+    finish(result, result.status)
+    return result
+
+
+def bisect_step(opts: BisectOptions) -> int:
+    """`git bisect run harness bisect-step ENV …`: test the checkout's HEAD (the checkout is
+    --checkout, else the current folder). 0 good, 1 bad, 125 skip, 255 abort (a usage error:
+    it would be wrong to call every commit bad because of a typo)."""
+    checkout = opts.run.checkout or Path.cwd()
+    try:
+        setup = setup_for(replace(opts, run=opts.run.but(checkout=checkout)))
+        head = commit_info(setup.root, resolve(setup.root, "HEAD"))
+    except HarnessError as exc:
+        print(f"harness bisect-step: error: {exc.message} (aborting)", file=sys.stderr)
+        return outcome.BISECT_ABORT
+    step = try_commit(setup, head, "step", 0, opts.run.variant, opts.run.report_dir)
+    code = {GOOD: 0, BAD: 1, SKIP: outcome.BISECT_SKIP}[step.classification]
+    counts = step.counts()
+    print(
+        f"harness bisect-step: {head.short} {head.subject}: {shown(step)} → "
+        f"{step.classification} (exit {code}; runs {counts['runs']}, bad {counts[BAD]}, "
+        f"good {counts[GOOD]}, skip {counts[SKIP]}; report {step.decisive.report_dir})",
+        file=sys.stderr,
+    )
+    return code
+
+
+def save(result: BisectResult) -> None:
+    """report.json, rewritten (atomically) after every step: a dead bisect leaves its trail."""
+    atomic_write(result.directory / "report.json", json.dumps(result.to_json(), indent=2) + "\n")
+
+
+def finish(result: BisectResult, status: str) -> None:
+    result.status = status
+    result.finished = time.time()
+    atomic_write(result.directory / "report.md", render_markdown(result))
+    save(result)

@@ -1,0 +1,107 @@
+"""`harness bisect` (the search, with a report) and `harness bisect-step` (the test for
+`git bisect run`: exit 0 good, 1 bad, 125 skip, 255 abort)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from harness import outcome
+from harness.bisect import EXPECTS, BisectOptions, bisect, bisect_step, print_summary
+from harness.build import cache_root
+from harness.cli import options
+from harness.errors import HarnessError
+
+NAMES = ("bisect", "bisect-step")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    options.add_env_argument(p)
+    p.add_argument("--pin", help="git pin name or .toml path (default: pufferlib-5.0)")
+    p.add_argument("--checkout", type=Path, help="the upstream git checkout")
+    p.add_argument("--variant", default="stock", help="variant built at every step")
+    options.add_scenario_options(p)
+    options.add_watch_options(p, per=" per run")
+    p.add_argument(
+        "--expect",
+        choices=list(EXPECTS),
+        default="hang",
+        help="the failure that makes a commit bad (default: hang)",
+    )
+    p.add_argument("--location", help="a bad commit's verdict must be located here (env_start)")
+    p.add_argument(
+        "--repeat",
+        type=options.positive_int,
+        default=1,
+        help="runs per commit: bad if any shows the failure, good only if all pass",
+    )
+
+
+def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
+    p = sub.add_parser(
+        "bisect",
+        help="find the first bad commit between --good and --bad",
+        description="Search the first-parent history between --good and --bad for the first "
+        "commit that shows the expected failure, building (cached) and running each tested "
+        "commit like `harness run`. Exits 0 when a first bad commit is named, 1 when not. "
+        "See docs/bisect.md.",
+    )
+    _add_common(p)
+    p.add_argument("--good", required=True, help="a commit that passes")
+    p.add_argument("--bad", required=True, help="a later commit that shows the failure")
+    p.add_argument("--confirm-fix", metavar="VARIANT", help="also run this variant on the answer")
+    options.add_report_options(p)
+    options.add_json_option(p, "the bisect's report.json")
+    # its own usage errors must abort `git bisect run` (255): any code from 1 to 127 would
+    # mark the commit bad, and a typo would then "find" a first bad commit
+    s = sub.add_parser(
+        "bisect-step",
+        help="test HEAD for `git bisect run` (0/1/125)",
+        description="The test for `git bisect run`: run the harness on the checkout's HEAD "
+        "and exit 0 (good), 1 (bad), 125 (skip: untestable) or 255 (abort: a usage error).",
+        usage_exit=outcome.BISECT_ABORT,
+    )
+    _add_common(s)
+    options.add_report_options(s, default=None)
+
+
+def _options(args: argparse.Namespace) -> BisectOptions:
+    if args.report_dir is None:  # bisect-step: never inside the checkout being bisected
+        args.report_dir = cache_root() / "reports"
+    return BisectOptions(
+        run=options.run_options(args),
+        good=getattr(args, "good", "") or "",
+        bad=getattr(args, "bad", "") or "",
+        expect=args.expect,
+        location=args.location,
+        repeat=args.repeat,
+        confirm_fix=getattr(args, "confirm_fix", None),
+    )
+
+
+def command(args: argparse.Namespace) -> int:
+    if args.command == "bisect-step":
+        return _step(args)
+    result = bisect(_options(args))
+    print_summary(result, sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    return result.exit_code
+
+
+def _step(args: argparse.Namespace) -> int:
+    try:
+        opts = _options(args)
+    except HarnessError as exc:  # e.g. a malformed --env: the user's error, abort
+        print(f"harness bisect-step: error: {exc.message} (aborting)", file=sys.stderr)
+        return outcome.BISECT_ABORT
+    try:
+        return bisect_step(opts)
+    except Exception:  # a harness bug must stop git bisect run, not mark the commit bad
+        traceback.print_exc()
+        print("harness bisect-step: internal error (aborting)", file=sys.stderr)
+        return outcome.BISECT_ABORT

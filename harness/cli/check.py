@@ -1,0 +1,51 @@
+"""`harness check TARGET`: re-run a scenario's checks on a saved report or output log."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.cli import options
+from harness.cli.output import check_mark
+from harness.pipeline.options import CheckOptions
+from harness.pipeline.saved import check_saved
+
+NAME = "check"
+
+
+def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
+    p = sub.add_parser(
+        NAME,
+        help="re-run a scenario's checks on a saved report or log",
+        description="Evaluate a scenario's checks on a saved report folder (or its "
+        "report.json, or a raw output log) exactly as a live run does. Exits 0 when every "
+        "check passes, 1 when one fails.",
+    )
+    p.add_argument("target", type=Path, help="a report folder, its report.json, or an output log")
+    p.add_argument("--scenario", help="scenario name or path (default: the report's env)")
+    p.add_argument("--pin", help="pin whose parser and checks apply (default: the report's)")
+    p.add_argument("--parser", help="output parser: puffer5, puffer3, lines (default: the pin's)")
+    p.add_argument(
+        "--steps", type=options.positive_int, help="requested steps (default: the report's)"
+    )
+    options.add_json_option(p, "the check results as JSON")
+
+
+def command(args: argparse.Namespace) -> int:
+    """Exit 0 when every check passes, 1 when one fails."""
+    opts = CheckOptions(args.target, args.scenario, args.pin, args.parser, args.steps)
+    results, source = check_saved(opts)
+    failed = [r for r in results if r.status == "fail"]
+    if args.json:
+        print(json.dumps({"source": source, "checks": [vars(r) for r in results]}, indent=2))
+    else:
+        print(f"harness check: {source}")
+        for r in results:
+            tail = f"  ({r.message})" if r.message else ""
+            print(
+                f"  {check_mark(r.status)} {r.name}: observed {r.observed}, bound {r.bound}{tail}"
+            )
+        print(f"{len(results) - len(failed)}/{len(results)} checks passed")
+    return 1 if failed else 0

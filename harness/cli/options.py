@@ -1,0 +1,187 @@
+"""Option groups, each defined once, and the one translation of parsed arguments into the
+pipeline's RunOptions: run, watch, compare, bisect and bisect-step all take the same limit,
+trainer, sampling and report options from here."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from harness.execute.runner import SampleOptions, split_assignments
+from harness.outcome import USAGE
+from harness.pipeline.options import RunOptions
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with our exit code for usage errors (argparse's 2 would read as "hang"),
+    errors that name the subcommand, and unknown options refused by the subcommand that got
+    them (bisect-step's must abort `git bisect run` with 255, not reach the top level)."""
+
+    def __init__(self, *args: Any, usage_exit: int = USAGE, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.usage_exit = usage_exit
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(self.usage_exit)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds above zero (a bad limit is a usage error, exit 5)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def add_env_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("env", help="env / scenario name: scenarios/ENV.toml (breakout, cartpole …)")
+
+
+def add_source_options(p: argparse.ArgumentParser, variant: bool = True) -> None:
+    p.add_argument(
+        "--pin",
+        help="upstream pin: a name in upstream_pin/ or a .toml path "
+        "(default: pufferlib-5.0 with a checkout, else replica)",
+    )
+    if variant:
+        p.add_argument(
+            "--variant",
+            default="stock",
+            help="stock | omp-free | patch:FILE | ref:REF | env:K=V | alias, joined with + "
+            "(default: stock)",
+        )
+    p.add_argument("--checkout", type=Path, help="the upstream's git checkout (git pins)")
+    p.add_argument(
+        "--allow-drift", action="store_true", help="go on even if the source drifted from the pin"
+    )
+
+
+def add_scenario_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario", help="scenario name or .toml path (default: the env's)")
+    p.add_argument("--steps", type=positive_int, help="total timesteps for the trainer")
+
+
+def add_limit_options(p: argparse.ArgumentParser, per: str = "") -> None:
+    p.add_argument("--timeout", type=positive_seconds, help=f"wall-clock limit{per} in seconds")
+    p.add_argument(
+        "--startup", type=positive_seconds, help="seconds allowed before the first progress"
+    )
+    p.add_argument("--stall", type=positive_seconds, help="seconds allowed without new progress")
+
+
+def add_trainer_options(
+    p: argparse.ArgumentParser, what: str = "trainer", args: bool = True
+) -> None:
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="env_vars",
+        help=f"environment variable for the {what} (repeatable)",
+    )
+    if args:
+        p.add_argument(
+            "--arg",
+            action="append",
+            default=[],
+            dest="trainer_args",
+            help="extra trainer argument, e.g. --arg=--vec.num-buffers=1 (repeatable)",
+        )
+
+
+def add_sampling_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--native",
+        choices=["auto", "gdb", "eu-stack", "none"],
+        default="auto",
+        help="native stack tool (auto: gdb, else eu-stack)",
+    )
+    p.add_argument(
+        "--python-stacks",
+        choices=["auto", "py-spy", "none"],
+        default="auto",
+        help="Python stack tool for Python processes of the tree (auto: py-spy when present)",
+    )
+    p.add_argument("--no-sample", action="store_true", help="do not sample threads on suspicion")
+    p.add_argument("--tee", action="store_true", help="show the command's output live (on stderr)")
+
+
+def add_report_options(p: argparse.ArgumentParser, default: Path | None = Path("reports")) -> None:
+    where = f"default: {default}" if default else "default: <harness cache>/reports"
+    p.add_argument(
+        "--report-dir",
+        type=Path,
+        default=default,
+        help=f"the report goes in a new folder under DIR ({where})",
+    )
+
+
+def add_json_option(p: argparse.ArgumentParser, what: str = "report.json") -> None:
+    p.add_argument(
+        "--json", action="store_true", help=f"print {what} on stdout (the summary goes to stderr)"
+    )
+
+
+def add_watch_options(p: argparse.ArgumentParser, trainer_args: bool = True, per: str = "") -> None:
+    """Everything a watched run takes: limits, the command's env (and args), sampling."""
+    add_limit_options(p, per)
+    add_trainer_options(p, "command" if not trainer_args else "trainer", args=trainer_args)
+    add_sampling_options(p)
+
+
+def sampling(args: argparse.Namespace) -> SampleOptions:
+    return SampleOptions(enabled=not args.no_sample, native=args.native, python=args.python_stacks)
+
+
+def trainer_env(args: argparse.Namespace) -> dict[str, str]:
+    return split_assignments(args.env_vars, "--env")
+
+
+def run_options(args: argparse.Namespace, variant: str | None = None) -> RunOptions:
+    """The one place parsed arguments become RunOptions (run, compare, bisect, bisect-step)."""
+    return RunOptions(
+        env=args.env,
+        pin=args.pin,
+        scenario=args.scenario,
+        variant=variant if variant is not None else args.variant,
+        timeout_s=args.timeout,
+        startup_s=args.startup,
+        stall_s=args.stall,
+        steps=args.steps,
+        trainer_env=trainer_env(args),
+        trainer_args=list(getattr(args, "trainer_args", [])),
+        report_dir=args.report_dir,
+        checkout=args.checkout,
+        allow_drift=getattr(args, "allow_drift", False),
+        sampling=sampling(args),
+        tee=args.tee,
+        harness_argv=list(sys.argv),
+    )

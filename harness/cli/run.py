@@ -1,0 +1,34 @@
+"""`harness run ENV`: build (cached) and run a scenario under the watchdog."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from harness.cli import options
+from harness.cli.output import finish
+from harness.pipeline.run import run_env
+
+NAME = "run"
+
+
+def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
+    p = sub.add_parser(
+        NAME,
+        help="build and run an env under the watchdog",
+        description="Build the pinned upstream (or a variant of it), run the scenario's "
+        "trainer under the startup/stall/wall watchdog, sample every thread on a suspected "
+        "hang, classify what happened, check the metrics and write a report. Exits with the "
+        "verdict's code (0 pass, 1 check failed, 2 hang, 3 crash or error exit, 4 build "
+        "failed, 6 timeout while progressing).",
+    )
+    options.add_env_argument(p)
+    options.add_scenario_options(p)
+    options.add_source_options(p)
+    options.add_watch_options(p)
+    options.add_report_options(p)
+    options.add_json_option(p)
+
+
+def command(args: argparse.Namespace) -> int:
+    return finish(run_env(options.run_options(args)), args.json)

@@ -1,0 +1,79 @@
+"""Platform probes: can this machine build and run the trainer, and can the harness see
+inside a hang here (OpenMP, the libgomp fork hazard, ptrace, py-spy, NVML, CUDA, cgroups)?
+
+Every probe is bounded by a timeout and guarded: one that fails or raises never stops the
+others. Every external command goes through `tools.run_tool` (own session, hard
+timeout, whole group killed); the few long-lived targets we start ourselves (a process to
+attach to) are killed and reaped in a `finally`.
+
+Layout: `model` (Probe, ProbeContext, statuses, the guard), one module per topic
+(`tools`, `openmp`, `tracing`, `gpu`, `host`), and `render` (table, JSON, exit code).
+The C programs the OpenMP probes compile live in harness/data/doctor/.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import TYPE_CHECKING
+
+from harness.doctor import gpu, host, openmp, tools, tracing
+from harness.doctor.gpu import NO_GPU, NO_NVML, nvml_report
+from harness.doctor.model import SCHEMA, STATUSES, Probe, ProbeContext, ProbeFn, guarded
+from harness.doctor.openmp import FORK_HAZARD, FORK_LIMIT_S
+from harness.doctor.render import counts, exit_code, render, to_json
+from harness.doctor.tracing import PTRACE_HINT
+
+if TYPE_CHECKING:
+    import argparse
+
+__all__ = [
+    "FORK_HAZARD",
+    "FORK_LIMIT_S",
+    "NO_GPU",
+    "NO_NVML",
+    "PTRACE_HINT",
+    "SCHEMA",
+    "STATUSES",
+    "Probe",
+    "ProbeContext",
+    "counts",
+    "exit_code",
+    "main",
+    "nvml_report",
+    "render",
+    "run_doctor",
+    "to_json",
+]
+
+
+def run_doctor(timeout_s: float = 10.0, *, path: str | None = None) -> list[Probe]:
+    """Run every probe in order; `path` replaces PATH for finding tools (tests use it)."""
+    ctx = ProbeContext.make(timeout_s, path)
+    return [guarded(name, fn, ctx) for name, fn in _probes()]
+
+
+def _probes() -> list[tuple[str, ProbeFn]]:
+    # looked up on their modules at each run, so a test can replace one probe
+    by_tool = [(f"tool:{t.name}", functools.partial(tools.probe_tool, t)) for t in tools.TOOLS]
+    return [
+        *by_tool,
+        ("openmp", openmp.probe_openmp),
+        ("openmp-after-fork", openmp.probe_openmp_fork),
+        ("ptrace", tracing.probe_ptrace),
+        ("py-spy", tracing.probe_py_spy),
+        ("nvml", gpu.probe_nvml),
+        ("cuda", gpu.probe_cuda),
+        ("cpu/container", host.probe_cpu),
+    ]
+
+
+def main(args: argparse.Namespace) -> int:
+    """`harness doctor [--json] [--timeout S]`: 1 when any probe fails, else 0."""
+    timeout = getattr(args, "timeout", None) or 10.0
+    probes = run_doctor(float(timeout))
+    if getattr(args, "json", False):
+        print(json.dumps(to_json(probes), indent=2))
+    else:
+        print(render(probes), end="")
+    return exit_code(probes)

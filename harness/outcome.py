@@ -1,0 +1,101 @@
+"""The one registry of outcomes: every verdict kind once, with its exit code, whether it is a
+failure, whether it reproduces a failure (for compare, bisect and sweep), and how it is shown;
+and every other exit code the harness uses. Nothing else in the package spells a kind's exit
+code or its flags: they read them here. README's "Exit codes" table is tested against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# exit codes that are not a verdict
+USAGE = 5  # bad input: unknown env/scenario/variant, malformed TOML, missing checkout, drift …
+INTERNAL_ERROR = 70  # a bug in the harness (EX_SOFTWARE); the traceback goes to a file
+BISECT_SKIP = 125  # `git bisect run` contract: this commit cannot be tested
+INTERRUPTED_BASE = 128  # the harness got signal N: exit 128 + N (130 SIGINT, 143 SIGTERM)
+BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of our stdout went away (`harness … | head`)
+BISECT_ABORT = 255  # `git bisect run` stops on any exit code >= 128; 255 is "abort"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str
+    exit_code: int
+    failure: bool  # the run found something wrong, or could not finish
+    reproduced: bool  # a baseline with this kind reproduces the failure sought
+    style: str  # rich style of the kind in summaries
+    meaning: str  # one line for people (README, --help)
+
+
+_ALL = (
+    Outcome("pass", 0, False, False, "bold green", "the trainer ran to the end and passed"),
+    Outcome(
+        "check-failed", 1, True, True, "bold yellow", "the run finished but a scenario check failed"
+    ),
+    Outcome("hang", 2, True, True, "bold red", "a hang: deadlock, spin, exit-blocked or stopped"),
+    Outcome("crash", 3, True, True, "bold red", "the trainer died by a signal (SIGSEGV …)"),
+    Outcome("error-exit", 3, True, True, "bold red", "the trainer exited non-zero by itself"),
+    Outcome("build-failed", 4, True, False, "bold magenta", "the upstream's build failed"),
+    # the wall limit cut a run that was still making progress: too slow, not the bug sought
+    Outcome(
+        "timeout-progressing",
+        6,
+        True,
+        False,
+        "bold yellow",
+        "the wall limit was reached while the trainer was still progressing",
+    ),
+    # a signal stopped the harness; the exit code is INTERRUPTED_BASE + the signal number
+    Outcome(
+        "interrupted",
+        INTERRUPTED_BASE + 2,
+        True,
+        False,
+        "bold yellow",
+        "the harness was stopped by a signal (exit 128 + N)",
+    ),
+    # compare/bisect/sweep rows whose run could not be prepared (a variant that does not
+    # apply to a commit, a missing tool): a row, not a verdict of the trainer
+    Outcome("error", USAGE, True, False, "bold magenta", "the run could not be prepared"),
+)
+
+OUTCOMES: dict[str, Outcome] = {o.kind: o for o in _ALL}
+KINDS = tuple(OUTCOMES)
+REPRODUCED = frozenset(o.kind for o in _ALL if o.reproduced)
+
+PASS = OUTCOMES["pass"].exit_code
+CHECK_FAILED = OUTCOMES["check-failed"].exit_code
+HANG = OUTCOMES["hang"].exit_code
+CRASH = OUTCOMES["crash"].exit_code  # crash or error exit of the trainer
+BUILD_FAILED = OUTCOMES["build-failed"].exit_code
+TIMEOUT_PROGRESSING = OUTCOMES["timeout-progressing"].exit_code
+
+
+def get(kind: str) -> Outcome:
+    """The registered outcome of `kind`; an unknown kind is a harness bug."""
+    try:
+        return OUTCOMES[kind]
+    except KeyError:
+        raise ValueError(f"unknown verdict kind {kind!r} (known: {', '.join(KINDS)})") from None
+
+
+def exit_code(kind: str) -> int:
+    return get(kind).exit_code
+
+
+def is_failure(kind: str) -> bool:
+    return get(kind).failure
+
+
+def reproduces(kind: str) -> bool:
+    return kind in REPRODUCED
+
+
+def style(kind: str) -> str:
+    """A kind's display style; statuses that are not kinds (running, failed) are plain bold."""
+    o = OUTCOMES.get(kind)
+    return o.style if o else "bold"
+
+
+def interrupted_code(signum: int) -> int:
+    return INTERRUPTED_BASE + signum

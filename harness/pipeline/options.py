@@ -1,0 +1,60 @@
+"""The options of a run, defined once: compare, bisect, bisect-step (and sweep) embed a
+RunOptions rather than copy its fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from harness.execute.runner import SampleOptions
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    env: str
+    pin: str | None = None
+    scenario: str | None = None
+    variant: str = "stock"
+    timeout_s: float | None = None
+    startup_s: float | None = None
+    stall_s: float | None = None
+    steps: int | None = None
+    trainer_env: dict[str, str] = field(default_factory=dict)
+    trainer_args: list[str] = field(default_factory=list)
+    report_dir: Path = Path("reports")
+    checkout: Path | None = None
+    allow_drift: bool = False
+    # git pins: build this commit's tree (bisect) instead of the checkout's
+    commit: str | None = None
+    sampling: SampleOptions = field(default_factory=SampleOptions)
+    tee: bool = False
+    harness_argv: list[str] = field(default_factory=list)
+
+    def but(self, **changes: Any) -> RunOptions:
+        """A copy with some fields changed (one variant of a compare, one commit of a bisect)."""
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    argv: list[str]
+    timeout_s: float
+    startup_s: float
+    stall_s: float
+    parser: str = "lines"
+    cwd: Path = Path(".")
+    trainer_env: dict[str, str] = field(default_factory=dict)
+    report_dir: Path = Path("reports")
+    sampling: SampleOptions = field(default_factory=SampleOptions)
+    tee: bool = False
+    harness_argv: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    target: Path  # a report folder, its report.json, or a raw output log
+    scenario: str | None = None
+    pin: str | None = None
+    parser: str | None = None
+    steps: int | None = None

@@ -1,0 +1,256 @@
+"""`harness run` and `harness watch`: the run under the watchdog, its verdict, its checks and
+its report, which is finished on every exit path (`finishing`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from harness import dashboard
+from harness.analysis import checks as checksmod
+from harness.analysis import classify
+from harness.config.pin import Pin, check_env, load_pin
+from harness.config.scenario import RunSettings, Scenario, load_scenario
+from harness.config.signatures import Signatures, load_signatures
+from harness.errors import HarnessError, Interrupted
+from harness.execute import runner
+from harness.execute.watchdog import Limits
+from harness.outcome import BUILD_FAILED, USAGE, interrupted_code
+from harness.pipeline.options import RunOptions, WatchOptions
+from harness.pipeline.stages import (
+    build_failed_verdict,
+    default_pin,
+    limits_for,
+    verify_prepare_build,
+)
+from harness.report import store
+from harness.report.model import (
+    Cleanup,
+    CommandInfo,
+    ExitInfo,
+    PinInfo,
+    Progress,
+    Report,
+    VariantInfo,
+)
+
+
+def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: Signatures) -> None:
+    report.trigger = outcome.trigger.value
+    report.exit = ExitInfo(
+        returncode=outcome.returncode,
+        signal=outcome.signal,
+        killed_by_harness=outcome.returncode is None,
+        reason=outcome.reason,
+        pid=outcome.pid,
+    )
+    report.timings.run_s = outcome.duration_s
+    report.timings.first_progress_s = outcome.first_progress_s
+    report.timings.sampling_s = outcome.sampling_s
+    complete = [f for f in outcome.frames if f.complete]
+    report.progress = Progress(
+        frames=len(complete),
+        partial_frames=len(outcome.frames) - len(complete),
+        progress_events=outcome.progress_events,
+        output_lines=outcome.output_lines,
+        last_metrics=dashboard.latest(outcome.frames),
+        measured_sps=dashboard.measured_sps(complete),
+        progressing_at_end=outcome.progressing_at_end,
+        output_tail=outcome.output_tail[-20:],
+    )
+    report.samples = outcome.samples
+    report.cleanup = Cleanup(
+        killed=list(outcome.cleanup.killed),
+        reaped=list(outcome.cleanup.reaped),
+        leftover=list(outcome.cleanup.leftover),
+    )
+    if outcome.cleanup.leftover:
+        report.notes.append(f"processes left after cleanup: {outcome.cleanup.leftover}")
+    report.verdict = classify.classify(
+        outcome.trigger,
+        outcome.reason,
+        outcome.returncode,
+        outcome.progressing_at_end,
+        outcome.samples,
+        outcome.output_tail,
+        sigs,
+    )
+    if outcome.interrupt_signal:
+        report.verdict.exit_code = interrupted_code(outcome.interrupt_signal)
+
+
+def _interrupted_code(outcome: runner.RunOutcome) -> int | None:
+    return interrupted_code(outcome.interrupt_signal) if outcome.interrupt_signal else None
+
+
+def run_env(opts: RunOptions) -> tuple[Report, int]:
+    scenario: Scenario = load_scenario(opts.scenario or opts.env)
+    pin = load_pin(opts.pin or default_pin(opts.checkout))
+    settings = scenario.settings(pin.lineage)
+    check_env(pin, settings.upstream_env)
+    run_id = store.new_run_id(f"{scenario.env}-{opts.variant}")
+    report = Report(run_id, opts.report_dir / run_id, list(opts.harness_argv), "run")
+    report.env = scenario.env
+    report.limits = limits_for(opts, settings)
+    report.variant = VariantInfo(opts.variant)
+    report.pin = PinInfo(
+        name=pin.name,
+        file=str(pin.file),
+        source=vars(pin.source),
+        variants=dict(pin.variants),
+    )
+    store.save(report, "pin")
+    with finishing(report):
+        return _run_env_stages(opts, scenario, pin, settings, report)
+
+
+@contextlib.contextmanager
+def finishing(report: Report) -> Iterator[None]:
+    """Whatever ends a run early (a usage error, a missing tool, a signal, a harness bug)
+    leaves a finished report that says so, not one stuck at status "running"."""
+    try:
+        yield
+    except HarnessError as exc:
+        report.notes.append(exc.message)
+        if exc.exit_code == BUILD_FAILED and report.verdict is None:
+            report.verdict = classify.Verdict(
+                "build-failed",
+                f"build failed: {exc.message}",
+                evidence=[exc.message],
+                exit_code=BUILD_FAILED,
+            )
+        store.finish(report, "failed")
+        raise
+    except Interrupted as exc:
+        report.notes.append(f"interrupted by signal {exc.signum} at stage {report.stage}")
+        report.verdict = report.verdict or classify.Verdict(
+            "interrupted",
+            f"interrupted at stage {report.stage}",
+            exit_code=interrupted_code(exc.signum),
+        )
+        store.finish(report, "interrupted")
+        raise
+    except Exception as exc:
+        report.notes.append(f"harness error: {exc!r}")
+        store.finish(report, "failed")
+        raise
+
+
+def _run_env_stages(
+    opts: RunOptions, scenario: Scenario, pin: Pin, settings: RunSettings, report: Report
+) -> tuple[Report, int]:
+    sigs = load_signatures().with_own(pin.signatures)
+    built = verify_prepare_build(
+        pin,
+        settings.upstream_env,
+        opts.variant,
+        opts.checkout,
+        opts.allow_drift,
+        report,
+        commit=opts.commit,
+    ).result
+    report.build = built
+    report.timings.build_s = built.duration_s
+    if not built.ok:
+        report.verdict = build_failed_verdict(built)
+        store.finish(report)
+        return report, BUILD_FAILED
+    steps = opts.steps if opts.steps is not None else settings.steps
+    argv = shlex.split(pin.render_run(settings.upstream_env, steps, shlex.quote(str(built.tree))))
+    argv += list(settings.args) + opts.trainer_args
+    overrides = {**pin.run_env, **settings.env, **opts.trainer_env}
+    run_dir = built.tree
+    if pin.run_cwd == "report":  # a trainer that writes into its cwd gets its own folder
+        run_dir = report.artifact("workdir")
+        run_dir.mkdir(parents=True, exist_ok=True)
+    spec = runner.RunSpec(
+        argv=argv,
+        cwd=run_dir,
+        env=runner.command_env(overrides),
+        parser=pin.parser,
+        log_path=report.artifact("output.log"),
+    )
+    report.command = CommandInfo(argv=argv, cwd=str(run_dir), env=overrides, steps=steps)
+    store.save(report, "run")
+    sampling = opts.sampling
+    if not sampling.own_roots:
+        sampling = runner.SampleOptions(**{**vars(sampling), "own_roots": (str(built.tree),)})
+    outcome = runner.run_watched(
+        spec,
+        limits_for(opts, settings),
+        sampling,
+        echo=sys.stderr if opts.tee else None,
+    )
+    _record_outcome(report, outcome, sigs)
+    store.save(report, "check")
+    verdict = report.verdict
+    assert verdict is not None
+    interrupted = _interrupted_code(outcome)
+    if verdict.kind != "pass":
+        # a hang, crash or error exit is the finding; its checks would only repeat it
+        report.notes.append(f"checks not evaluated: the run ended in {verdict.kind}")
+    elif interrupted is None:
+        report.checks, config_source = checksmod.run_checks(
+            checksmod.CheckInputs(
+                checks=scenario.checks,
+                pin=pin.lineage,
+                frames=[f for f in outcome.frames if f.complete],
+                tree=built.tree,
+                run_dir=run_dir,
+                env=settings.upstream_env,
+                argv=argv,
+                config_files=settings.config_files or pin.config_files,
+                started_at=outcome.started_at,
+                steps=steps,
+            )
+        )
+        report.notes.append(f"config for checks read from {config_source}")
+        checksmod.apply_to_verdict(verdict, report.checks)
+    store.finish(report, "interrupted" if interrupted else "complete")
+    return report, interrupted if interrupted is not None else verdict.exit_code
+
+
+def watch_command(opts: WatchOptions) -> tuple[Report, int]:
+    if not opts.argv:
+        raise HarnessError("harness watch needs a command after '--'", USAGE)
+    try:
+        dashboard.get_parser(opts.parser)  # unknown parser: usage error before anything runs
+    except ValueError as exc:
+        raise HarnessError(str(exc), USAGE) from exc
+    exe = opts.argv[0]
+    if shutil.which(exe, path=os.environ.get("PATH")) is None and not Path(opts.cwd, exe).exists():
+        raise HarnessError(f"command not found: {exe}", USAGE)
+    run_id = store.new_run_id(f"watch-{Path(exe).name}")
+    report = Report(run_id, opts.report_dir / run_id, list(opts.harness_argv), "watch")
+    limits = Limits(opts.timeout_s, opts.startup_s, opts.stall_s)
+    report.limits = limits
+    report.command = CommandInfo(
+        argv=list(opts.argv), cwd=str(opts.cwd), env=dict(opts.trainer_env), parser=opts.parser
+    )
+    store.save(report, "run")
+    spec = runner.RunSpec(
+        argv=list(opts.argv),
+        cwd=opts.cwd,
+        env=runner.command_env(opts.trainer_env),
+        parser=opts.parser,
+        log_path=report.artifact("output.log"),
+    )
+    with finishing(report):
+        outcome = runner.run_watched(
+            spec, limits, opts.sampling, echo=sys.stderr if opts.tee else None
+        )
+    _record_outcome(report, outcome, load_signatures())
+    interrupted = _interrupted_code(outcome)
+    store.finish(report, "interrupted" if interrupted else "complete")
+    verdict = report.verdict
+    assert verdict is not None
+    return report, interrupted if interrupted is not None else verdict.exit_code
+
+
+def parse_trainer_env(items: Sequence[str]) -> dict[str, str]:
+    return runner.split_assignments(items, "--env")

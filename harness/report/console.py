@@ -1,0 +1,93 @@
+"""The one-screen terminal summary of a report, with one `next` line: what to look at or run."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from harness import outcome
+from harness.report.model import Report
+
+
+def next_step(r: Report, kind: str) -> str:
+    """One thing the reader can do now with what this run found; it names only files that
+    exist (a --no-sample hang has no stacks.txt)."""
+    where = r.directory
+    stacks = where / "stacks.txt"
+    has_stacks = stacks.exists()
+    if kind == "hang" and r.pin and "fixed" in r.pin.variants:
+        spec = r.variant.spec if r.variant else "stock"
+        look = f"stacks: {stacks}; " if has_stacks else ""
+        return f"{look}does the fix help? harness compare {r.env} --variants {spec},fixed"
+    if kind == "hang":
+        if has_stacks:
+            return f"every thread's stack: {stacks}"
+        return f"the command's whole output: {where / 'output.log'}"
+    if kind in ("crash", "error-exit"):
+        return f"the command's whole output: {where / 'output.log'}"
+    if kind == "check-failed":
+        return f"every check with its observed value and bound: {where / 'report.md'}"
+    if kind == "build-failed" and r.build:
+        return f"the build log: {r.build.log_path}"
+    return ""
+
+
+def short(x: float) -> str:
+    for limit, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= limit:
+            return f"{x / limit:.2f}{suffix}"
+    return f"{x:g}"
+
+
+def print_summary(r: Report, stream: TextIO | None = None) -> None:
+    console = Console(file=stream, highlight=False, soft_wrap=False)
+    v = r.verdict
+    kind = r.kind
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("verdict", f"[{outcome.style(kind)}]{kind}[/]")
+    if v is not None:
+        table.add_row("summary", escape(v.summary))
+        if v.mechanism:
+            table.add_row("mechanism", v.mechanism)
+        if v.location:
+            table.add_row("location", escape(v.location))
+        if v.location_frames:
+            table.add_row("frames", escape(" → ".join(v.location_frames[-6:])))
+    if r.pin:
+        table.add_row("pin", f"{r.pin.name} ({r.pin.verification_status or '-'})")
+    if r.variant:
+        table.add_row("variant", escape(r.variant.spec))
+    if r.trigger:
+        table.add_row("trigger", f"{r.trigger} after {r.timings.run_s or 0:.1f}s")
+    last = r.progress.last_metrics
+    if last:
+        trained = [f"{k} {short(last[k])}" for k in ("epoch", "agent_steps") if k in last]
+        if r.progress.measured_sps:
+            trained.append(f"mean SPS {short(r.progress.measured_sps)}")
+        table.add_row("trained", ", ".join(trained) or "-")
+    failed = [c for c in r.checks if c.status == "fail"]
+    if r.checks:
+        context = (
+            "" if kind in ("pass", "check-failed") else " (context only: the run did not finish)"
+        )
+        table.add_row("checks", f"{len(r.checks) - len(failed)}/{len(r.checks)} passed{context}")
+    if kind == "check-failed":
+        for c in failed[:6]:
+            detail = escape(f"{c.name}: observed {c.observed}, bound {c.bound}")
+            table.add_row("", f"[yellow]✗[/] {detail}")
+        if len(failed) > 6:
+            table.add_row("", f"... {len(failed) - 6} more in report.md")
+    elif v is not None:
+        for line in v.evidence[:6]:
+            table.add_row("", escape(line if len(line) < 200 else line[:197] + "..."))
+    table.add_row("report", escape(str(r.directory)))
+    hint = next_step(r, kind)
+    if hint:
+        table.add_row("next", escape(hint))
+    console.print(Panel(table, title=escape(f"harness {r.mode}: {r.title}"), expand=False))

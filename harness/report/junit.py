@@ -1,0 +1,36 @@
+"""junit.xml through junitparser: one test case for the verdict (failed unless the run passed
+or only its checks failed, which have their own cases) and one per check."""
+
+from __future__ import annotations
+
+from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
+
+from harness.report.model import Report
+
+
+def render_junit(r: Report) -> str:
+    name = r.env or "command"
+    suite = TestSuite(f"harness-{r.run_id}")
+    v = r.verdict
+    case = TestCase(f"verdict[{name}]", f"harness.{r.mode}", float(r.timings.run_s or 0.0))
+    if v is not None:
+        case.system_out = "\n".join(v.evidence)
+    if v is None or v.kind not in ("pass", "check-failed"):
+        failure = Failure(v.summary if v else "no verdict", v.kind if v else "incomplete")
+        failure.text = v.kind if v else "incomplete"
+        case.result = [failure]
+    suite.add_testcase(case)
+    for c in r.checks:
+        cc = TestCase(f"check[{c.name}]", f"harness.checks.{name}", 0.0)
+        if c.status == "fail":
+            failure = Failure(c.message or f"{c.name} failed", "check-failed")
+            failure.text = f"observed {c.observed}, bound {c.bound}"
+            cc.result = [failure]
+        elif c.status == "skip":
+            cc.result = [Skipped(c.message or "skipped")]
+        suite.add_testcase(cc)
+    suite.update_statistics()
+    xml = JUnitXml()
+    xml.add_testsuite(suite)
+    xml.update_statistics()
+    return bytes(xml.tostring()).decode("utf-8")

@@ -1,0 +1,104 @@
+"""Markdown: one table writer with one escaping rule (used by report.md, compare.md and
+bisect.md), and report.md itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from harness.report.model import Report
+
+
+def cell(value: object) -> str:
+    """A table cell: None is '-', a pipe is escaped, line breaks become spaces (a raw newline
+    or pipe would end the row or add a column)."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        text = f"{value:g}"
+    elif isinstance(value, bool):
+        text = "yes" if value else "no"
+    else:
+        text = str(value)
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return out
+
+
+def pairs(values: Mapping[str, object]) -> str:
+    """`key value, key value` for a small mapping, rounding floats; '-' when empty."""
+    shown = []
+    for k, v in values.items():
+        if v is None:
+            continue
+        shown.append(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}")
+    return ", ".join(shown) or "-"
+
+
+def _exit_text(r: Report) -> str:
+    e = r.exit
+    if e is None:
+        return "-"
+    if e.killed_by_harness:
+        return f"killed by the harness ({e.reason})" if e.reason else "killed by the harness"
+    if e.signal is not None:
+        return f"signal {e.signal}"
+    return f"exit status {e.returncode}"
+
+
+def render_report(r: Report) -> str:
+    v = r.verdict
+    lines = [f"# harness {r.mode}: {r.title}", ""]
+    if v is not None:
+        lines += [f"**Verdict: {v.kind}** — {v.summary}", ""]
+        if v.mechanism:
+            lines.append(f"- mechanism: {v.mechanism}")
+        if v.location:
+            lines.append(f"- location: `{v.location}`")
+        if v.location_frames:
+            lines.append(f"- frames: `{' → '.join(v.location_frames)}`")
+        lines += ["", "## Evidence", ""] + [f"- {e}" for e in v.evidence] + [""]
+    limits = r.limits
+    rows: list[tuple[str, object]] = [
+        ("run id", r.run_id),
+        ("status", r.status),
+        ("pin", r.pin.name if r.pin else None),
+        ("pin verification", r.pin.verification_status if r.pin else None),
+        ("variant", r.variant.spec if r.variant else None),
+        ("command", " ".join(r.command.argv) if r.command else None),
+        ("cwd", r.command.cwd if r.command else None),
+        ("trigger", r.trigger),
+        ("exit", _exit_text(r)),
+        ("limits", limits.describe() if limits else None),
+        ("timings", pairs(vars(r.timings))),
+        ("progress frames", r.progress.frames),
+    ]
+    if r.build:
+        b = r.build
+        state = "cache hit" if b.cache_hit else "built"
+        rows.append(("build", f"{state} in {b.duration_s:.1f}s, key {b.key}"))
+    lines += ["## Run", "", *table(("field", "value"), rows)]
+    if r.checks:
+        lines += ["", "## Checks", ""]
+        lines += table(
+            ("check", "status", "observed", "bound", "message"),
+            ((c.name, c.status, c.observed, c.bound, c.message) for c in r.checks),
+        )
+    last = r.progress.last_metrics
+    if last:
+        lines += ["", "## Last metrics", "", *table(("key", "value"), sorted(last.items()))]
+    if r.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in r.notes]
+    present = [name for name in ("report.json", *_files(r)) if name]
+    lines += ["", f"Artifacts: {', '.join(present)}", ""]
+    return "\n".join(lines)
+
+
+def _files(r: Report) -> list[str]:
+    names = ["output.log", "junit.xml"]
+    if r.samples is not None:
+        names += ["stacks.txt", "samples.json"]
+    return [n for n in names if n == "junit.xml" or r.artifact(n).exists()]

@@ -1,0 +1,189 @@
+"""The typed model of a run's report and its serialization to report.json (schema:
+docs/report-schema.md). Every field is a dataclass or a plain value; `to_json` is the only
+place that turns them into the documented keys."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from harness import __version__
+from harness.analysis.checks import CheckResult
+from harness.analysis.classify import Verdict
+from harness.build import BuildResult
+from harness.execute.watchdog import Limits
+from harness.sampling.model import SampleSet
+
+SCHEMA_VERSION = 1
+Mode = Literal["run", "watch"]
+# running: the harness is at it, or died (see `abandoned` in docs/report-schema.md)
+Status = Literal["running", "complete", "interrupted", "failed"]
+# the stages a run passes, in order; report.json is rewritten at each
+Stage = Literal["start", "pin", "prepare", "build", "run", "check", "done"]
+ARTIFACTS = ("output.log", "report.md", "junit.xml", "stacks.txt", "samples.json")
+
+
+def plain(value: Any) -> Any:
+    """A JSON-ready copy: dataclasses as dicts, paths as strings, NaN as null."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return plain(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, float) and value != value:  # NaN is not JSON
+        return None
+    return value
+
+
+def now_stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+@dataclass
+class PinInfo:
+    name: str = ""
+    file: str = ""
+    source: dict[str, Any] = field(default_factory=dict)  # the pin's [source] table
+    variants: dict[str, str] = field(default_factory=dict)  # its aliases
+    # the source verification (status, summary, commit and file hashes); None until verified
+    verification: dict[str, Any] | None = None
+
+    @property
+    def verification_status(self) -> str | None:
+        return None if self.verification is None else str(self.verification.get("status"))
+
+
+@dataclass
+class VariantInfo:
+    spec: str
+    steps: list[str] = field(default_factory=list)  # after alias expansion
+    changes: list[str] = field(default_factory=list)  # every change made to the source
+
+
+@dataclass
+class CommandInfo:
+    argv: list[str]
+    cwd: str
+    env: dict[str, str] = field(default_factory=dict)  # the overrides, not the whole env
+    steps: int | None = None  # run
+    parser: str | None = None  # watch
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"argv": self.argv, "cwd": self.cwd, "env": self.env}
+        if self.steps is not None or self.parser is None:
+            data["steps"] = self.steps
+        if self.parser is not None:
+            data["parser"] = self.parser
+        return data
+
+
+@dataclass
+class Timings:
+    build_s: float | None = None
+    run_s: float | None = None  # launch to verdict
+    first_progress_s: float | None = None
+    sampling_s: float | None = None
+
+
+@dataclass
+class ExitInfo:
+    returncode: int | None = None  # None when the harness killed it
+    signal: int | None = None
+    killed_by_harness: bool = False
+    reason: str = ""
+    pid: int | None = None
+
+
+@dataclass
+class Progress:
+    frames: int = 0
+    partial_frames: int = 0
+    progress_events: int = 0
+    output_lines: int = 0
+    last_metrics: dict[str, float] = field(default_factory=dict)
+    measured_sps: float | None = None
+    progressing_at_end: bool = False
+    output_tail: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Cleanup:
+    killed: list[int] = field(default_factory=list)
+    reaped: list[int] = field(default_factory=list)
+    leftover: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    run_id: str
+    directory: Path
+    harness_argv: list[str]
+    mode: Mode
+    status: Status = "running"
+    stage: Stage = "start"
+    env: str | None = None
+    pin: PinInfo | None = None
+    variant: VariantInfo | None = None
+    build: BuildResult | None = None
+    command: CommandInfo | None = None
+    limits: Limits | None = None
+    timings: Timings = field(default_factory=Timings)
+    trigger: str | None = None
+    exit: ExitInfo | None = None
+    progress: Progress = field(default_factory=Progress)
+    verdict: Verdict | None = None
+    checks: list[CheckResult] = field(default_factory=list)
+    samples: SampleSet | None = None
+    cleanup: Cleanup = field(default_factory=Cleanup)
+    notes: list[str] = field(default_factory=list)
+    started_at: str = field(default_factory=now_stamp)
+    finished_at: str | None = None
+
+    def artifact(self, name: str) -> Path:
+        return self.directory / name
+
+    @property
+    def kind(self) -> str:
+        """The verdict's kind, or the status while there is no verdict."""
+        return self.verdict.kind if self.verdict else self.status
+
+    @property
+    def title(self) -> str:
+        """What ran: the env, or the watched command."""
+        if self.env:
+            return self.env
+        return " ".join(self.command.argv) if self.command else ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "harness_version": __version__,
+            "run_id": self.run_id,
+            "mode": self.mode,
+            "status": self.status,
+            "stage": self.stage,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "harness_argv": self.harness_argv,
+            "env": self.env,
+            "pin": plain(self.pin) if self.pin else {},
+            "variant": plain(self.variant) if self.variant else {},
+            "build": self.build.to_json() if self.build else None,
+            "command": self.command.to_json() if self.command else {},
+            "limits": plain(self.limits) if self.limits else {},
+            "timings": plain(self.timings),
+            "trigger": self.trigger,
+            "exit": plain(self.exit) if self.exit else {},
+            "progress": plain(self.progress),
+            "verdict": plain(self.verdict),
+            "checks": plain(self.checks),
+            "samples": plain(self.samples) if self.samples is not None else None,
+            "cleanup": plain(self.cleanup),
+            "notes": self.notes,
+            "artifacts": {name: name for name in ARTIFACTS if self.artifact(name).exists()},
+        }

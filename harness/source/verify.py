@@ -1,0 +1,123 @@
+"""What was checked about a source before a result is trusted: the per-file sha256 checks
+against the pin's [files], the overall status (verified | drift | unverified | unchecked)
+and its human-readable forms. Shared by every source kind."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+# the module, not its names: harness.config.pin may come to import this module itself, and
+# UNVERIFIED is only read when a check runs, long after both modules have loaded
+from harness.config import pin as pinmod
+
+if TYPE_CHECKING:
+    from harness.config.pin import Pin
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class FileCheck:
+    path: str
+    expected: str
+    actual: str | None  # None when the file is missing
+    status: str  # "match" | "differs" | "missing" | "unverified"
+
+
+@dataclass
+class Verification:
+    """What was checked about the source before trusting a result."""
+
+    status: str  # "verified" | "drift" | "unverified" | "unchecked"
+    source: str
+    commit_expected: str = ""
+    commit_actual: str = ""
+    dirty: list[str] = field(default_factory=list)
+    files: list[FileCheck] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)  # pin fields not yet read from a checkout
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def drifted(self) -> list[FileCheck]:
+        return [f for f in self.files if f.status in ("differs", "missing")]
+
+    def describe(self) -> str:
+        parts = [self.status]
+        if self.drifted:
+            parts.append("drift in " + ", ".join(f.path for f in self.drifted))
+        if self.dirty:
+            parts.append(f"{len(self.dirty)} uncommitted change(s)")
+        if (
+            self.commit_expected
+            and self.commit_actual
+            and self.commit_actual != self.commit_expected
+        ):
+            parts.append(f"HEAD {self.commit_actual[:12]} ≠ pinned {self.commit_expected[:12]}")
+        if self.unverified:
+            parts.append("unverified: " + ", ".join(self.unverified))
+        return "; ".join(parts)
+
+
+def check_files(pin: Pin, root: Path) -> list[FileCheck]:
+    checks = []
+    for rel, expected in sorted(pin.files.items()):
+        path = root / rel
+        actual = sha256_file(path) if path.is_file() else None
+        if expected.startswith(pinmod.UNVERIFIED):
+            status = "unverified"
+        elif actual is None:
+            status = "missing"
+        else:
+            status = "match" if actual == expected else "differs"
+        checks.append(FileCheck(rel, expected, actual, status))
+    return checks
+
+
+def summarize(v: Verification) -> Verification:
+    """Set the overall status from the parts: any drift wins, then anything unverified."""
+    if (
+        v.drifted
+        or v.dirty
+        or (
+            v.commit_expected
+            and v.commit_actual
+            and v.commit_actual != v.commit_expected
+            and not v.commit_expected.startswith(pinmod.UNVERIFIED)
+        )
+    ):
+        v.status = "drift"
+    elif v.unverified or any(f.status == "unverified" for f in v.files):
+        v.status = "unverified"
+    else:
+        v.status = "verified"
+    return v
+
+
+def describe_verification(pin: Pin, v: Verification) -> str:
+    lines = [f"pin {pin.name}: {v.status.upper()} ({v.source})"]
+    if v.commit_expected or v.commit_actual:
+        lines.append(f"  commit: pinned {v.commit_expected or '-'}, found {v.commit_actual or '-'}")
+    for f in v.files:
+        if f.status == "match":
+            lines.append(f"  ok        {f.path}")
+        elif f.status == "unverified":
+            lines.append(
+                f"  UNVERIFIED {f.path} (no hash pinned yet; found {f.actual or 'missing'})"
+            )
+        else:
+            lines.append(
+                f"  DRIFT     {f.path}: pinned {f.expected}, found {f.actual or 'missing'}"
+            )
+    lines += [f"  dirty     {d}" for d in v.dirty]
+    lines += [f"  unverified: {u}" for u in v.unverified]
+    lines += [f"  note: {n}" for n in v.notes]
+    return "\n".join(lines)
