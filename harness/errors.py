@@ -3,12 +3,7 @@ interruption the signal handlers raise. Exit codes themselves live in harness.ou
 
 from __future__ import annotations
 
-# TEMP(layout): re-exported while modules still import exit codes from here
-from harness.outcome import BISECT_SKIP as BISECT_SKIP
-from harness.outcome import BUILD_FAILED as BUILD_FAILED
-from harness.outcome import CHECK_FAILED as CHECK_FAILED
-from harness.outcome import INTERRUPTED_BASE as INTERRUPTED_BASE
-from harness.outcome import USAGE as USAGE
+from harness.outcome import USAGE
 
 
 class HarnessError(Exception):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import dashboard
+from harness import dashboard, outcome
 from harness.analysis import endlogs
 
 
@@ -314,10 +314,8 @@ def apply_to_verdict(verdict: Any, results: Sequence[CheckResult]) -> None:
     failed = [r for r in results if r.status == "fail"]
     if verdict.kind != "pass" or not failed:
         return
-    from harness.errors import CHECK_FAILED
-
     verdict.kind = "check-failed"
-    verdict.exit_code = CHECK_FAILED
+    verdict.exit_code = outcome.CHECK_FAILED
     first = failed[0]
     why = (
         f" ({first.message})"

@@ -1,0 +1,98 @@
+"""The architecture is checked, not only written down: the README's exit codes against the
+outcome registry, and import-linter's layer and cycle contracts against a copy of the package
+with one bad import injected (so `.ci/run` would fail on it)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import outcome
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def _table(section: str) -> list[list[str]]:
+    text = (ROOT / "README.md").read_text()
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in body.splitlines() if ln.startswith("|") and not ln.startswith("|---")]
+    split = re.compile(r"(?<!\\)\|")
+    return [[c.strip() for c in split.split(row)[1:-1]] for row in rows[1:]]
+
+
+def test_readme_exit_codes_match_the_registry() -> None:
+    rows = _table("Exit codes")
+    by_code = {row[0]: row for row in rows}
+    for o in outcome.OUTCOMES.values():
+        code = "128+N" if o.kind == "interrupted" else str(o.exit_code)
+        assert code in by_code, f"README has no exit code {code} ({o.kind})"
+        assert f"`{o.kind}`" in by_code[code][1], f"README: exit {code} should name {o.kind}"
+    others = {
+        outcome.INTERNAL_ERROR,
+        outcome.BISECT_SKIP,
+        outcome.BROKEN_PIPE,
+        outcome.BISECT_ABORT,
+        outcome.USAGE,
+    }
+    for code in others:
+        assert str(code) in by_code, f"README has no exit code {code}"
+    registered = {str(o.exit_code) for o in outcome.OUTCOMES.values()} | {str(c) for c in others}
+    registered.add("128+N")
+    assert set(by_code) <= registered, (
+        f"README codes unknown to outcome.py: {set(by_code) - registered}"
+    )
+    kinds_named = {k for row in rows for k in re.findall(r"`([a-z-]+)`", row[1])}
+    assert kinds_named == set(outcome.KINDS)
+
+
+def test_readme_verdicts_match_the_registry() -> None:
+    kinds = [row[0].strip("`") for row in _table("Verdicts")]
+    assert sorted(kinds) == sorted(outcome.KINDS)
+
+
+def _lint_copy(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess[str]:
+    """lint-imports on a copy of harness/ whose `module` got one more import line."""
+    shutil.copytree(
+        ROOT / "harness", tmp_path / "harness", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy2(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / "harness" / module
+    target.write_text(target.read_text() + f"\n{line}\n")
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.timeout(120)
+def test_lint_imports_passes_on_the_tree(tmp_path: Path) -> None:
+    res = _lint_copy(tmp_path, "outcome.py", "# nothing added")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 broken" in res.stdout
+
+
+@pytest.mark.timeout(120)
+def test_lint_imports_fails_on_a_layer_violation(tmp_path: Path) -> None:
+    # the base layer reaching up into the command line
+    res = _lint_copy(tmp_path, "outcome.py", "import harness.cli  # noqa")
+    assert res.returncode != 0
+    assert "BROKEN" in res.stdout and "harness.outcome -> harness.cli" in res.stdout
+
+
+@pytest.mark.timeout(120)
+def test_lint_imports_fails_on_a_cycle_inside_a_package(tmp_path: Path) -> None:
+    # bisect.steps already imports bisect.model; the reverse closes a cycle between siblings
+    res = _lint_copy(tmp_path, "bisect/model.py", "import harness.bisect.steps  # noqa")
+    assert res.returncode != 0
+    assert "BROKEN" in res.stdout
+    assert "No cycles are allowed in harness.bisect" in " ".join(res.stdout.split())
