@@ -25,7 +25,6 @@ EXPECTS: dict[str, frozenset[str]] = {
 }
 # the same tree fails to build (or to prepare) the same way every time: repeating is useless
 UNREPEATABLE = frozenset({"build-failed", "error"})
-ROLES = ("good-end", "bad-end", "search", "confirm-fix", "step")
 
 
 @dataclass(frozen=True)

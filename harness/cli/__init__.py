@@ -17,13 +17,24 @@ from harness.cli import bisect, build, check, compare, doctor, pin, probe, run, 
 from harness.cli.options import Parser
 from harness.errors import HarnessError, Interrupted
 
-DESCRIPTION = """\
+DESCRIPTION = (
+    """\
 Run PufferLib's native trainer (or its embedded replica, or any command) under hang
-watchdogs; sample every thread on a suspected hang; say what happened (pass, hang with its
-mechanism and location, crash, error exit, failed checks); compare variants and bisect
-upstream history. Every run leaves a report folder. Exit codes: 0 pass, 1 check failed,
-2 hang, 3 crash or error exit, 4 build failed, 5 usage error, 6 timeout while progressing,
-70 internal error, 128+N interrupted by signal N."""
+watchdogs; sample every thread on a suspected hang; say what happened and why it matters:
+pass, hang (with its mechanism and location), crash, error exit, failed checks. Compare
+variants and bisect upstream history. Every run leaves a report folder.
+
+exit codes:
+"""
+    + "\n".join(
+        f"  {'128+N' if o.kind == 'interrupted' else o.exit_code:<5} {o.kind}: {o.meaning}"
+        for o in outcome.OUTCOMES.values()
+        if o.kind != "error"
+    )
+    + f"""
+  {outcome.USAGE:<5} usage or configuration error
+  {outcome.INTERNAL_ERROR:<5} internal error of the harness (traceback under --report-dir)"""
+)
 
 # every command module: add_parser(sub) and command(args) -> exit code
 _MODULES = (run, watch, build, compare, check, probe, doctor, pin, bisect)
@@ -34,7 +45,11 @@ for _module in _MODULES:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="harness", description=DESCRIPTION)
+    parser = Parser(
+        prog="harness",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
     sub = parser.add_subparsers(
         dest="command", required=True, parser_class=Parser, metavar="COMMAND"

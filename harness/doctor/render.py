@@ -43,6 +43,7 @@ def _wrap(text: str, first: str, indent: int, width: int) -> list[str]:
 def to_json(probes: Sequence[Probe]) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
+        "schema_version": 1,
         "ok": not any(p.status == "fail" for p in probes),
         "counts": counts(probes),
         "probes": [asdict(p) for p in probes],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
 
+from harness import outcome
 from harness.report.model import Report
 
 
@@ -15,7 +16,8 @@ def render_junit(r: Report) -> str:
     case = TestCase(f"verdict[{name}]", f"harness.{r.mode}", float(r.timings.run_s or 0.0))
     if v is not None:
         case.system_out = "\n".join(v.evidence)
-    if v is None or v.kind not in ("pass", "check-failed"):
+    # failed checks have their own cases: the verdict case fails for every other failure
+    if v is None or (outcome.is_failure(v.kind) and v.kind != "check-failed"):
         failure = Failure(v.summary if v else "no verdict", v.kind if v else "incomplete")
         failure.text = v.kind if v else "incomplete"
         case.result = [failure]
