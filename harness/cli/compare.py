@@ -13,7 +13,7 @@ from harness.errors import HarnessError
 from harness.files import atomic_write
 from harness.outcome import USAGE
 from harness.pipeline.compare import compare_variants
-from harness.report import markdown, store
+from harness.report import github, markdown, store
 
 NAME = "compare"
 
@@ -74,6 +74,12 @@ def command(args: argparse.Namespace) -> int:
         out / "compare.md",
         "\n".join([f"# compare {args.env}", "", why, "", *table, "", "Reports:", "", *reports])
         + "\n",
+    )
+    github.publish_table(
+        f"harness compare {args.env}",
+        ("variant", "verdict", "location", "why", "report"),
+        [(r.variant, r.kind, r.location, r.reason, r.report_dir) for r in rows],
+        why,
     )
     if args.json:
         print(json.dumps(data, indent=2))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
+from harness.report import github
 from harness.report.console import print_summary
 from harness.report.model import Report
 
@@ -15,6 +16,9 @@ def finish(report_and_code: tuple[Report, int], as_json: bool) -> int:
     if as_json:
         print(json.dumps(report.to_json(), indent=2), flush=True)
     print_summary(report, sys.stderr if as_json else sys.stdout)
+    # under GitHub Actions: step summary and annotations (on stderr with --json: stdout is
+    # the JSON document)
+    github.publish(report, sys.stderr if as_json else sys.stdout)
     return code
 
 

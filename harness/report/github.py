@@ -1,0 +1,155 @@
+"""GitHub Actions, when the harness runs under it (GITHUB_ACTIONS=true): the summary and the
+verdict table appended to the job's step summary ($GITHUB_STEP_SUMMARY), an `::error`
+annotation at the located source line of a hang (so the pull request shows it on the line),
+and `::warning` annotations for failed checks. Outside Actions nothing here writes anything.
+
+Workflow command syntax: https://docs.github.com/actions/reference/workflow-commands-for-github-actions
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from harness import outcome
+from harness.report import markdown
+from harness.report.model import Report
+
+
+def active(environ: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return env.get("GITHUB_ACTIONS") == "true"
+
+
+def _data(text: str) -> str:
+    """A workflow command's message: %, CR and LF are escaped."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _prop(text: str) -> str:
+    """A workflow command's property value: also ':' and ','."""
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def command(kind: str, message: str, **props: object) -> str:
+    """`::kind key=value,…::message`, escaped."""
+    shown = ",".join(f"{k}={_prop(str(v))}" for k, v in props.items() if v is not None)
+    return f"::{kind} {shown}::{_data(message)}" if shown else f"::{kind}::{_data(message)}"
+
+
+def _source_root(r: Report, environ: Mapping[str, str]) -> Path | None:
+    """Where the run's source lives in the workspace: the pin's folder for a path source,
+    the checkout for a git source (HARNESS_CHECKOUT), else unknown."""
+    if r.pin is None:
+        return None
+    if r.pin.source.get("kind") == "path" and r.pin.file:
+        return (Path(r.pin.file).parent / str(r.pin.source.get("path", ""))).resolve()
+    checkout = environ.get("HARNESS_CHECKOUT")
+    return Path(checkout).resolve() if checkout else None
+
+
+def located_line(r: Report, environ: Mapping[str, str] | None = None) -> tuple[str, int] | None:
+    """The file (relative to the workspace) and line of the located frame of a hang."""
+    env = os.environ if environ is None else environ
+    v = r.verdict
+    if v is None or not v.location or r.samples is None:
+        return None
+    for stack in r.samples.stacks:
+        for frame in stack.frames:
+            name = frame.function.split("._omp_fn", 1)[0]
+            if not (frame.own and name == v.location and frame.file and frame.line):
+                continue
+            path = Path(frame.file)
+            if r.build is not None and path.is_relative_to(r.build.tree):
+                root = _source_root(r, env)
+                rel = path.relative_to(r.build.tree)
+                path = root / rel if root is not None else rel
+            workspace = Path(env.get("GITHUB_WORKSPACE") or Path.cwd()).resolve()
+            if path.is_absolute() and path.is_relative_to(workspace):
+                path = path.relative_to(workspace)
+            return str(path), frame.line
+    return None
+
+
+def workflow_commands(r: Report, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The workflow commands for a finished run: an error at the hang's line (or without a
+    line for other failures), a warning per failed check."""
+    v = r.verdict
+    out: list[str] = []
+    if v is not None and outcome.is_failure(v.kind) and v.kind != "check-failed":
+        title = f"harness {r.mode} {r.title}: {v.kind}"
+        where = located_line(r, environ)
+        if where is not None:
+            out.append(command("error", v.summary, file=where[0], line=where[1], title=title))
+        else:
+            out.append(command("error", v.summary, title=title))
+    for c in r.checks:
+        if c.status == "fail":
+            message = f"{c.name}: observed {c.observed}, bound {c.bound}"
+            out.append(command("warning", message, title=f"harness check {r.title}"))
+    return out
+
+
+def summary_markdown(r: Report) -> str:
+    v = r.verdict
+    kind = r.kind
+    lines = [f"### harness {r.mode}: {r.title} → **{kind}**", ""]
+    if v is not None:
+        lines += [v.summary, ""]
+    rows: list[tuple[str, object]] = [("verdict", kind)]
+    if v is not None:
+        rows += [("mechanism", v.mechanism), ("location", v.location)]
+        if v.location_frames:
+            rows.append(("frames", " → ".join(v.location_frames[-6:])))
+    if r.pin is not None:
+        rows.append(("pin", f"{r.pin.name} ({r.pin.verification_status or '-'})"))
+    if r.variant is not None:
+        rows.append(("variant", r.variant.spec))
+    if r.checks:
+        failed = sum(c.status == "fail" for c in r.checks)
+        rows.append(("checks", f"{len(r.checks) - failed}/{len(r.checks)} passed"))
+    rows.append(("report", str(r.directory)))
+    lines += markdown.table(("", ""), rows)
+    failed_checks = [c for c in r.checks if c.status == "fail"]
+    if failed_checks:
+        lines += ["", "Failed checks:", ""]
+        lines += markdown.table(
+            ("check", "observed", "bound"), ((c.name, c.observed, c.bound) for c in failed_checks)
+        )
+    return "\n".join(lines) + "\n\n"
+
+
+def append_summary(text: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Append to $GITHUB_STEP_SUMMARY; False when there is none (or it cannot be written)."""
+    env = os.environ if environ is None else environ
+    path = env.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return False
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError:
+        return False
+    return True
+
+
+def publish(r: Report, stream: TextIO, environ: Mapping[str, str] | None = None) -> None:
+    """Under GitHub Actions: the step summary and the annotations of one run."""
+    if not active(environ):
+        return
+    append_summary(summary_markdown(r), environ)
+    for line in workflow_commands(r, environ):
+        print(line, file=stream, flush=True)
+
+
+def publish_table(
+    title: str, headers: Sequence[str], rows: Sequence[Sequence[object]], conclusion: str
+) -> None:
+    """Under GitHub Actions: a multi-run command's verdict table in the step summary."""
+    if not active():
+        return
+    append_summary(
+        "\n".join([f"### {title}", "", conclusion, "", *markdown.table(headers, rows)]) + "\n\n"
+    )
