@@ -36,6 +36,30 @@ def next_step(r: Report, kind: str) -> str:
     return ""
 
 
+def count(x: float) -> str:
+    """A count as the trainer meant it: 1,048,576 steps, not the dashboard's 1.05M."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:,.2f}"
+
+
+def observed(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def trigger_text(r: Report) -> str:
+    """When the watchdog fired, apart from the sampling that followed it."""
+    run_s = r.timings.run_s or 0.0
+    sampling = r.timings.sampling_s or 0.0
+    text = f"{r.trigger} after {run_s - sampling:.1f}s"
+    window = None
+    if r.limits is not None:
+        window = {"startup": r.limits.startup_s, "stall": r.limits.stall_s, "wall": r.limits.wall_s}
+        window_s = window.get(r.trigger or "")
+        text += f" ({r.trigger} window {window_s:g}s)" if window_s is not None else ""
+    if sampling:
+        text += f"; sampling {sampling:.1f}s"
+    return text
+
+
 def short(x: float) -> str:
     for limit, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
         if abs(x) >= limit:
@@ -64,10 +88,10 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
     if r.variant:
         table.add_row("variant", escape(r.variant.spec))
     if r.trigger:
-        table.add_row("trigger", f"{r.trigger} after {r.timings.run_s or 0:.1f}s")
+        table.add_row("trigger", trigger_text(r))
     last = r.progress.last_metrics
     if last:
-        trained = [f"{k} {short(last[k])}" for k in ("epoch", "agent_steps") if k in last]
+        trained = [f"{k} {count(last[k])}" for k in ("epoch", "agent_steps") if k in last]
         if r.progress.measured_sps:
             trained.append(f"mean SPS {short(r.progress.measured_sps)}")
         table.add_row("trained", ", ".join(trained) or "-")
@@ -79,15 +103,19 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
         table.add_row("checks", f"{len(r.checks) - len(failed)}/{len(r.checks)} passed{context}")
     if kind == "check-failed":
         for c in failed[:6]:
-            detail = escape(f"{c.name}: observed {c.observed}, bound {c.bound}")
+            detail = escape(f"{c.name}: observed {observed(c.observed)}, bound {c.bound}")
             table.add_row("", f"[yellow]✗[/] {detail}")
         if len(failed) > 6:
             table.add_row("", f"... {len(failed) - 6} more in report.md")
     elif v is not None:
         for line in v.evidence[:6]:
             table.add_row("", escape(line if len(line) < 200 else line[:197] + "..."))
-    table.add_row("report", escape(str(r.directory)))
+    console.print(Panel(table, title=escape(f"harness {r.mode}: {r.title}"), expand=False))
+    # paths are printed whole, outside the box: a box is cut to the terminal's width (80
+    # columns without a terminal) and a cut path cannot be opened
+    stream_out = console.file
+    print(f"report: {r.directory}", file=stream_out)
     hint = next_step(r, kind)
     if hint:
-        table.add_row("next", escape(hint))
-    console.print(Panel(table, title=escape(f"harness {r.mode}: {r.title}"), expand=False))
+        print(f"next:   {hint}", file=stream_out)
+    stream_out.flush()
