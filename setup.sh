@@ -16,6 +16,9 @@ if ! echo 'int main(void){return 0;}' | gcc -fopenmp -x c - -o /dev/null 2>/dev/
   need_pkgs+=(libgomp1)
 fi
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_pkgs+=(python3-venv)
+# the report.html tests open the page in a real browser: Debian's Chromium, driven by
+# Playwright's Python API (no browser download)
+have chromium || have chromium-browser || need_pkgs+=(chromium)
 
 if ((${#need_pkgs[@]})); then
   echo "setup: installing system packages: ${need_pkgs[*]}"

@@ -17,6 +17,8 @@ from types import ModuleType
 
 import pytest
 
+from tests import facts
+
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 
@@ -126,3 +128,18 @@ def cache_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A per-module build cache for `harness` subprocesses: builds are real, shared by the
     tests of one module, and never touch the user's cache."""
     return {"HARNESS_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
+
+
+@pytest.fixture(scope="session")
+def libgomp_fork_hazard() -> str:
+    """The stock replica hangs for real through the libgomp fork hazard (an OpenMP team in
+    the parent, then fork()); LLVM's libomp resets itself after fork, so there the stock
+    replica does not hang. Skips unless the doctor's runtime detection says libgomp."""
+    runtime = facts.openmp_runtime()
+    if not facts.is_libgomp(runtime):
+        found = facts.runtime_file(runtime)
+        pytest.skip(
+            f"needs GNU libgomp's fork hazard; gcc -fopenmp here gets {runtime}"
+            + (f" (the file is {found.name})" if found else "")
+        )
+    return runtime

@@ -63,7 +63,10 @@ def test_recorded_replica_output_passes_its_scenario() -> None:
             {"train": {"clip_coef": "0.2", "vf_clip_coef": "1", "max_grad_norm": "1.5"}},
         )
         results = checks.evaluate(load_scenario(env).checks, obs, "replica")
-        assert [r for r in results if r.status == "fail"] == [], env
+        assert len(results) > 20, env  # the scenario's checks ran, not an empty list
+        # every check passes; the one about the requested steps has no request to compare to
+        not_passed = {r.name: r.status for r in results if r.status != "pass"}
+        assert not_passed == {"agent_steps reached the requested steps": "skip"}, env
 
 
 def test_recorded_pufferlib3_output_passes_its_scenario() -> None:
@@ -75,7 +78,7 @@ def test_recorded_pufferlib3_output_passes_its_scenario() -> None:
         frames, None, {"train": {"clip_coef": "0.2", "vf_clip_coef": "0.2", "max_grad_norm": "1.5"}}
     )
     results = checks.evaluate(load_scenario("breakout").checks, obs, "pufferlib-3.0.0")
-    assert [r for r in results if r.status == "fail"] == []
+    assert len(results) > 15 and {r.status for r in results} == {"pass"}, results
     assert 40_000 < dashboard.measured_sps(frames) < 90_000  # type: ignore[operator]
 
 

@@ -1,9 +1,11 @@
 """Dashboard parsing: the documented layouts (samples in tests/data, written by us from
-docs/formats.md), value rules, end-of-run logs, and robustness against any input."""
+docs/formats.md), a recorded PufferLib 3.0.0 run, value rules, end-of-run logs, and
+robustness against any input (tests/data/README.md says where each sample comes from)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import tracemalloc
@@ -21,6 +23,7 @@ DATA = Path(__file__).parent / "data"
 P5 = (DATA / "puffer5_sample.txt").read_text(encoding="utf-8")
 P5_ONELINE = (DATA / "puffer5_oneline.txt").read_text(encoding="utf-8")
 P3 = (DATA / "puffer3_sample.txt").read_text(encoding="utf-8")
+P3_CARTPOLE = (DATA / "puffer3_cartpole_cpu.txt").read_text(encoding="utf-8")  # a real run
 SAMPLES = [("puffer5", P5), ("puffer5", P5_ONELINE), ("puffer3", P3)]
 FAST = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
@@ -342,10 +345,57 @@ def test_puffer3_other_width() -> None:
     assert m["loss/explained_variance"] == 0.512 and m["env/episode_length"] == 1543.2
 
 
+def test_puffer3_recorded_cartpole_run() -> None:
+    """Real PufferLib 3.0.0 output (cartpole on CPU, stdout and stderr): warnings before the
+    first box, 64 boxes, labels and a key cut by rich ("…"), a CPU value wrapped onto the
+    next line, and a negative "Remaining" in the last box, kept as text."""
+    frames = parse_text("puffer3", P3_CARTPOLE)
+    assert len(frames) == 64 and all(f.complete for f in frames)
+    assert [f.metrics["epoch"] for f in frames] == [*range(63), 62]  # a final box, epoch 62
+    assert [f.line_no for f in frames[:3]] == [20, 41, 62] and frames[-1].line_no == 1404
+    first, second, last = frames[0], frames[1], frames[-1]
+    assert first.text == {
+        "version": "3.0",
+        "env": "puffer_cart…",
+        "remaining": "A hair past a freckle",
+    }
+    assert (first.metrics["params"], first.metrics["agent_steps"]) == (133100.0, 0.0)
+    assert not any(k.startswith(("loss/", "env/")) for k in first.metrics)  # empty panels
+    env_keys = {
+        "env/score",
+        "env/perf",
+        "env/episode_length",
+        "env/x_threshold_terminati…",  # cut by rich, kept as shown
+        "env/pole_angle_termination",
+        "env/max_steps_termination",
+        "env/n",
+    }
+    assert {k for k in second.metrics if k.startswith("env/")} == env_keys
+    s = second.metrics
+    assert (s["agent_steps"], s["SPS"], s["env/score"], s["remaining"]) == (
+        32800.0,
+        66400.0,
+        20.213,
+        29.0,
+    )
+    assert all(set(f.metrics) == set(second.metrics) for f in frames[1:-1])
+    assert last.text["remaining"] == "-1h 59m 56s" and "remaining" not in last.metrics
+    assert set(last.metrics) == set(second.metrics) - {"remaining"}
+    m = last.metrics
+    assert (m["util/cpu_percent"], m["agent_steps"], m["SPS"], m["uptime"]) == (
+        4858.8,  # "CPU:" on one line, "4858.8%" on the next
+        3.1e6,
+        264100.0,
+        52.0,
+    )
+    assert (m["env/score"], m["env/x_threshold_terminati…"]) == (127.047, 0.152)
+    assert dashboard.latest(frames)["remaining"] == 0.0  # the last box that showed a number
+
+
 def test_box_parsers_read_either_version() -> None:
-    assert [f.metrics for f in parse_text("puffer5", P3)] == [
-        f.metrics for f in parse_text("puffer3", P3)
-    ]
+    by_puffer5 = [f.metrics for f in parse_text("puffer5", P3)]
+    assert len(by_puffer5) == 3 and by_puffer5[-1] == pytest.approx(P3_LAST)
+    assert by_puffer5 == [f.metrics for f in parse_text("puffer3", P3)]
 
 
 # --- values -----------------------------------------------------------------------------------
@@ -478,7 +528,7 @@ def test_read_run_logs(tmp_path: Path) -> None:
     _write(tmp_path / "logs/breakout/200.jsonl", jsonl + "\n[[[" * 10, 2000)
     _write(tmp_path / "logs/cartpole/300.ini", ini + "SPS = 7\n", 1500)
     got = endlogs.read_run_logs(tmp_path, "breakout")
-    assert got.pop("env/score") != got.get("env/score")  # nan, kept
+    assert math.isnan(got.pop("env/score"))  # "nan" is kept, as a NaN
     assert got == {"SPS": 81000.25, "agent_steps": 1048576.0, "loss/kl": 0.25}
     assert endlogs.read_run_logs(tmp_path)["agent_steps"] == 1048576.0  # newest of all envs
     assert endlogs.read_run_logs(tmp_path, "cartpole") == {"SPS": 7.0}

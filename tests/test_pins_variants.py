@@ -13,6 +13,8 @@ from harness.config.pin import PIN_SCHEMA_VERSION, load_pin, pin_dir
 from tests.harness_cli import harness
 
 pytestmark = [pytest.mark.timeout(300)]
+# the stock replica hangs for real only where gcc's OpenMP is GNU libgomp (its fork hazard)
+stock_hang = pytest.mark.usefixtures("libgomp_fork_hazard")
 REPLICA = pin_dir() / "replica"
 
 
@@ -49,6 +51,7 @@ def test_one_byte_of_drift_is_named_and_refused(tmp_path: Path) -> None:
     assert report["pin"]["verification"]["status"] == "drift"
 
 
+@pytest.mark.slow
 def test_allow_drift_runs_and_records_it(tmp_path: Path, cache_env: dict[str, str]) -> None:
     pin = copy_of_replica(tmp_path)
     cfg = tmp_path / "replica-src" / "config" / "breakout.ini"
@@ -72,6 +75,7 @@ def test_allow_drift_runs_and_records_it(tmp_path: Path, cache_env: dict[str, st
     assert [f["path"] for f in v["files"] if f["status"] == "differs"] == ["config/breakout.ini"]
 
 
+@pytest.mark.slow
 def test_build_cache_hit_then_miss_on_a_source_byte(
     tmp_path: Path, cache_env: dict[str, str]
 ) -> None:
@@ -88,6 +92,7 @@ def test_build_cache_hit_then_miss_on_a_source_byte(
     assert not third["cache_hit"] and third["key"] != first["key"]
 
 
+@pytest.mark.slow
 def test_omp_free_changes_exactly_the_two_regions(
     tmp_path: Path, cache_env: dict[str, str]
 ) -> None:
@@ -107,6 +112,8 @@ def test_omp_free_changes_exactly_the_two_regions(
     assert untouched, "the warm-up region outside the two functions keeps its OpenMP"
 
 
+@pytest.mark.slow
+@stock_hang
 def test_compare_confirms_the_fix(tmp_path: Path, cache_env: dict[str, str]) -> None:
     res = harness(
         "compare", "breakout", "--startup", "8", report_root=tmp_path, env=cache_env, timeout=240
@@ -119,6 +126,8 @@ def test_compare_confirms_the_fix(tmp_path: Path, cache_env: dict[str, str]) -> 
     assert data["confirmed"] and data["summary"].startswith("fix confirmed")
 
 
+@pytest.mark.slow
+@stock_hang
 def test_worker_region_hang_is_located_in_vec_thread_main(
     tmp_path: Path, cache_env: dict[str, str]
 ) -> None:

@@ -10,7 +10,12 @@ import pytest
 from tests import gitrepo
 from tests.harness_cli import harness
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# builds and runs the replica; its stock run hangs only through libgomp's fork hazard
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+    pytest.mark.usefixtures("libgomp_fork_hazard"),
+]
 
 
 def test_fix_branch_applied_by_ref(tmp_path: Path) -> None:

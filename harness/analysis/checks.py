@@ -187,7 +187,7 @@ def _check_steps(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
     if obs.requested_steps is None:
         return [CheckResult(name, "skip", None, "", "no step count was requested")]
     need = obs.requested_steps * fraction
-    per_epoch = _epoch_size(spec.get("per_epoch", ()), obs.config)
+    per_epoch = epoch_size(spec.get("per_epoch", ()), obs.config)
     if per_epoch:  # trainers run whole epochs: requested // epoch_size of them
         need = (obs.requested_steps // per_epoch) * per_epoch * fraction
     bound = f">= {_fmt(need)}" + (
@@ -209,7 +209,7 @@ def _check_steps(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
     ]
 
 
-def _epoch_size(factors: Sequence[str], config: Mapping[str, Mapping[str, str]]) -> int:
+def epoch_size(factors: Sequence[str], config: Mapping[str, Mapping[str, str]]) -> int:
     """Steps per epoch as the product of config values named "section.key" (0: unknown)."""
     size = 1
     for name in factors:
@@ -263,10 +263,10 @@ def resolved_config(
     the run began) when there is one, else the build tree's config files plus the
     --sec.key=value arguments."""
     log = endlogs.newest_log(run_dir, env, since)
-    return _config(log, tree, env, argv, config_files)
+    return config_for(log, tree, env, argv, config_files)
 
 
-def _config(
+def config_for(
     log: Path | None, tree: Path, env: str, argv: Sequence[str], config_files: Sequence[str]
 ) -> tuple[dict[str, dict[str, str]], str]:
     if log is not None:
@@ -303,7 +303,7 @@ def run_checks(inputs: CheckInputs) -> tuple[list[CheckResult], str]:
     # an older run's record is not this run's
     log = endlogs.newest_log(inputs.run_dir, inputs.env, inputs.started_at)
     final = endlogs.log_metrics(log) if log is not None else {}
-    config, source = _config(log, inputs.tree, inputs.env, inputs.argv, inputs.config_files)
+    config, source = config_for(log, inputs.tree, inputs.env, inputs.argv, inputs.config_files)
     obs = observe(inputs.frames, final, config, inputs.steps)
     return evaluate(inputs.checks, obs, inputs.pin), source
 

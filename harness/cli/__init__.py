@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from harness import __version__, outcome
-from harness.cli import bisect, build, check, compare, doctor, pin, probe, run, sweep, watch
+from harness.cli import bisect, build, check, compare, doctor, pin, probe, report, run, sweep, watch
 from harness.cli.options import Parser
 from harness.errors import HarnessError, Interrupted
 
@@ -37,7 +37,7 @@ exit codes:
 )
 
 # every command module: add_parser(sub) and command(args) -> exit code
-_MODULES = (run, watch, build, compare, sweep, check, probe, doctor, pin, bisect)
+_MODULES = (run, watch, build, compare, sweep, check, report, probe, doctor, pin, bisect)
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 for _module in _MODULES:
     for _name in getattr(_module, "NAMES", None) or (_module.NAME,):

@@ -34,18 +34,29 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    """Exit 0 when every check passes, 1 when one fails."""
+    """Exit 0 when every check passes, 1 when one fails or the run did not finish."""
     opts = CheckOptions(args.target, args.scenario, args.pin, args.parser, args.steps)
-    results, source = check_saved(opts)
-    failed = [r for r in results if r.status == "fail"]
+    checked = check_saved(opts)
+    results, failed = checked.results, checked.failed
+    status = checked.status
     if args.json:
-        print(json.dumps({"source": source, "checks": [vars(r) for r in results]}, indent=2))
+        data = {
+            "source": checked.source,
+            "status": status.status if status is not None else None,
+            "notes": checked.notes,
+            "checks": [vars(r) for r in results],
+        }
+        print(json.dumps(data, indent=2))
     else:
-        print(f"harness check: {source}")
+        print(f"harness check: {checked.source}")
+        for note in checked.notes:
+            print(f"  note: {note}")
         for r in results:
             tail = f"  ({r.message})" if r.message else ""
             print(
                 f"  {check_mark(r.status)} {r.name}: observed {r.observed}, bound {r.bound}{tail}"
             )
         print(f"{len(results) - len(failed)}/{len(results)} checks passed")
-    return 1 if failed else 0
+        if checked.unfinished and status is not None:
+            print(f"not a pass: the run did not finish ({status.status} at stage {status.stage})")
+    return 1 if failed or checked.unfinished else 0

@@ -1,5 +1,6 @@
 """Platform probes: can this machine build and run the trainer, and can the harness see
 inside a hang here (OpenMP, the libgomp fork hazard, ptrace, py-spy, NVML, CUDA, cgroups)?
+With torch installed (the `gpu` extra), the `gpu:*` probes also exercise the device.
 
 Every probe is bounded by a timeout and guarded: one that fails or raises never stops the
 others. Every external command goes through `tools.run_tool` (own session, hard
@@ -7,7 +8,7 @@ timeout, whole group killed); the few long-lived targets we start ourselves (a p
 attach to) are killed and reaped in a `finally`.
 
 Layout: `model` (Probe, ProbeContext, statuses, the guard), one module per topic
-(`tools`, `openmp`, `tracing`, `gpu`, `host`), and `render` (table, JSON, exit code).
+(`tools`, `openmp`, `tracing`, `gpu`, `torchgpu`, `host`), and `render` (table, JSON, exit code).
 The C programs the OpenMP probes compile live in harness/data/doctor/.
 """
 
@@ -17,7 +18,7 @@ import functools
 import json
 from typing import TYPE_CHECKING
 
-from harness.doctor import gpu, host, openmp, tools, tracing
+from harness.doctor import gpu, host, openmp, tools, torchgpu, tracing
 from harness.doctor.gpu import NO_GPU, NO_NVML, nvml_report
 from harness.doctor.model import SCHEMA, STATUSES, Probe, ProbeContext, ProbeFn, guarded
 from harness.doctor.openmp import FORK_HAZARD, FORK_LIMIT_S
@@ -64,6 +65,7 @@ def _probes() -> list[tuple[str, ProbeFn]]:
         ("py-spy", tracing.probe_py_spy),
         ("nvml", gpu.probe_nvml),
         ("cuda", gpu.probe_cuda),
+        *torchgpu.probes(),  # gpu:*, each check in its own child under its own timeout
         ("cpu/container", host.probe_cpu),
     ]
 

@@ -1,72 +1,164 @@
 """`harness check`: a scenario's checks re-run on a saved report or output log, without the
-trainer, evaluated exactly like a live run."""
+trainer, evaluated exactly like a live run.
+
+A report with `evidence` (docs/report-schema.md, "Self-contained reports") is checked from
+its own folder only: the frames from output.log, the pin and scenario as used, the config
+files and the end-of-run log the run's checks read, all under evidence/. An older report is
+checked as before, from the build tree and the run's working folder, which later runs may
+have rewritten. A report whose harness died (`abandoned`) is marked so on disk and never
+passes."""
 
 from __future__ import annotations
 
 import datetime
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import dashboard
 from harness.analysis import checks as checksmod
-from harness.config.pin import load_pin
-from harness.config.scenario import load_scenario
+from harness.config.pin import Pin, load_pin, parse_pin
+from harness.config.scenario import Scenario, load_scenario
 from harness.errors import HarnessError
-from harness.outcome import USAGE
+from harness.outcome import CHECK_FAILED, USAGE
 from harness.pipeline.options import CheckOptions
+from harness.report import store
+from harness.report.model import CONFIG_EVIDENCE, RUN_EVIDENCE
+from harness.report.store import SavedStatus
+
+NOWHERE = Path("/nonexistent")
+NOT_REPRODUCIBLE = (
+    "this report has no evidence/ (written before self-contained reports): its config and "
+    "end-of-run log are read from the build tree and run folder, which later runs may have "
+    "rewritten, so the result may not be reproducible"
+)
 
 
-def check_saved(opts: CheckOptions) -> tuple[list[checksmod.CheckResult], str]:
+@dataclass
+class SavedCheck:
+    """The checks of a saved report or log, where they were read from, and what to know."""
+
+    results: list[checksmod.CheckResult]
+    source: str  # the frames: how many, from which output log
+    notes: list[str] = field(default_factory=list)
+    status: SavedStatus | None = None  # None for a raw output log
+
+    @property
+    def unfinished(self) -> bool:
+        """The run did not finish (abandoned, or still going): nothing it shows passes."""
+        return self.status is not None and not self.status.finished
+
+    @property
+    def failed(self) -> list[checksmod.CheckResult]:
+        return [r for r in self.results if r.status == "fail"]
+
+
+def check_saved(opts: CheckOptions) -> SavedCheck:
     """Re-run a scenario's checks on a saved report or output log, without the trainer."""
     target = opts.target
     report_json = target / "report.json" if target.is_dir() else target
+    status: SavedStatus | None = None
     saved: dict[str, object] = {}
     if report_json.name == "report.json" and report_json.is_file():
-        try:
-            saved = json.loads(report_json.read_text())
-        except json.JSONDecodeError as exc:
-            raise HarnessError(f"{report_json}: not a harness report: {exc}", USAGE) from exc
+        status = store.load_status(report_json)
+        if status.abandoned:
+            status = store.mark_abandoned(status)  # a running report whose harness died
+        saved = status.data
         log = report_json.with_name("output.log")
     elif target.is_file():
         log = target
     else:
         raise HarnessError(f"{target}: no such report folder or output log", USAGE)
-    pin_info = _table_of(saved, "pin")
-    pin_file = Path(str(pin_info.get("file", "")))
-    pin_ref = opts.pin or (str(pin_file) if pin_file.is_file() else pin_info.get("name"))
-    pin = load_pin(str(pin_ref or "replica"))
-    scenario_name = opts.scenario or (str(saved["env"]) if saved.get("env") else None)
-    if scenario_name is None:
-        raise HarnessError("a raw output log needs --scenario NAME", USAGE)
-    scenario = load_scenario(scenario_name)
-    settings = scenario.settings(pin.lineage)
+    folder = report_json.parent
+    evidence = saved.get("evidence")
+    notes: list[str] = []
+    if status is not None and not status.finished:
+        notes.append(status.describe())
+    if status is not None and not isinstance(evidence, dict):
+        notes.append(NOT_REPRODUCIBLE)
     command = _table_of(saved, "command")
-    steps = opts.steps if opts.steps is not None else command.get("steps")
     text = log.read_bytes().decode("utf-8", "replace") if log.is_file() else ""
+    if isinstance(evidence, dict):
+        pin, scenario = _from_evidence(opts, saved, folder, evidence)
+        # evidence/run holds this run's end-of-run log only: no start-time filter
+        tree, run_dir, since = folder / CONFIG_EVIDENCE, folder / RUN_EVIDENCE, 0.0
+    else:
+        pin, scenario = _named(opts, saved)
+        # the same evaluation as the live run once did: the build's config files and, while
+        # they still exist, the run's own end-of-run logs in its working folder
+        tree = Path(str(_table_of(saved, "build").get("tree") or NOWHERE))
+        run_dir = Path(str(command.get("cwd") or NOWHERE))
+        since = _epoch(saved.get("started_at"))
+    if scenario is None:
+        if status is not None and not status.finished:
+            raise HarnessError(f"{status.describe()}; no scenario to check", CHECK_FAILED)
+        raise HarnessError("a raw output log needs --scenario NAME", USAGE)
+    settings = scenario.settings(pin.lineage)
+    steps = opts.steps if opts.steps is not None else command.get("steps")
+    parser = opts.parser or (command.get("parser") if saved.get("mode") == "watch" else None)
     try:
-        parsed = dashboard.parse_text(opts.parser or pin.parser, text)
+        parsed = dashboard.parse_text(str(parser or pin.parser), text)
     except ValueError as exc:  # an unknown --parser
         raise HarnessError(str(exc), USAGE) from exc
-    # the same evaluation as the live run: the build's config files and, while they still
-    # exist, the run's own end-of-run logs in its working folder
-    nowhere = Path("/nonexistent")
-    tree = Path(str(_table_of(saved, "build").get("tree") or nowhere))
-    run_dir = Path(str(command.get("cwd") or nowhere))
+    frames = [f for f in parsed if f.complete]
+    if status is not None and not status.finished and not frames:
+        raise HarnessError(f"{status.describe()}; no dashboard frame to check", CHECK_FAILED)
     results, _ = checksmod.run_checks(
         checksmod.CheckInputs(
             checks=scenario.checks,
             pin=pin.lineage,
-            frames=[f for f in parsed if f.complete],
+            frames=frames,
             tree=tree,
             run_dir=run_dir,
             env=settings.upstream_env,
             argv=[str(a) for a in _list_of(command, "argv")],
             config_files=settings.config_files or pin.config_files,
-            started_at=_epoch(saved.get("started_at")),
+            started_at=since,
             steps=int(str(steps)) if steps else None,
         )
     )
-    return results, f"{sum(f.complete for f in parsed)} frames from {log}"
+    return SavedCheck(results, f"{len(frames)} frames from {log}", notes, status)
+
+
+def _named_pin(opts: CheckOptions, saved: dict[str, object]) -> Pin:
+    """--pin, else the pin a report names (its file while it exists, else its name)."""
+    pin_info = _table_of(saved, "pin")
+    pin_file = Path(str(pin_info.get("file", "")))
+    pin_ref = opts.pin or (str(pin_file) if pin_file.is_file() else pin_info.get("name"))
+    return load_pin(str(pin_ref or "replica"))
+
+
+def _named_scenario(opts: CheckOptions, saved: dict[str, object]) -> Scenario | None:
+    """--scenario, else the report's env's scenario; None for a raw log or a watch."""
+    name = opts.scenario or (str(saved["env"]) if saved.get("env") else None)
+    return load_scenario(name) if name else None
+
+
+def _named(opts: CheckOptions, saved: dict[str, object]) -> tuple[Pin, Scenario | None]:
+    return _named_pin(opts, saved), _named_scenario(opts, saved)
+
+
+def _from_evidence(
+    opts: CheckOptions, saved: dict[str, object], folder: Path, evidence: dict[str, object]
+) -> tuple[Pin, Scenario | None]:
+    """The pin and scenario as the run used them, from its evidence/ (--pin and --scenario
+    win); a report that kept none (a watch) names them as before."""
+    pin_rel, scenario_rel = evidence.get("pin"), evidence.get("scenario")
+    if opts.pin is None and isinstance(pin_rel, str):
+        path = folder / pin_rel
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise HarnessError(f"{path}: unreadable pin evidence: {exc}", USAGE) from exc
+        lineage = [str(n) for n in _list_of(_table_of(saved, "pin"), "lineage")]
+        pin = parse_pin(data, path, tuple(lineage[1:]))
+    else:
+        pin = _named_pin(opts, saved)
+    if opts.scenario is None and isinstance(scenario_rel, str):
+        scenario: Scenario | None = load_scenario(str(folder / scenario_rel))
+    else:
+        scenario = _named_scenario(opts, saved)
+    return pin, scenario
 
 
 def _table_of(data: dict[str, object], key: str) -> dict[str, object]:

@@ -4,10 +4,14 @@ place that turns them into the documented keys."""
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+import psutil
 
 from harness import __version__
 from harness.analysis.checks import CheckResult
@@ -18,11 +22,17 @@ from harness.sampling.model import SampleSet
 
 SCHEMA_VERSION = 1
 Mode = Literal["run", "watch"]
-# running: the harness is at it, or died (see `abandoned` in docs/report-schema.md)
-Status = Literal["running", "complete", "interrupted", "failed"]
+# running: the harness is at it; abandoned: it died without finishing the report (found out
+# by whoever opens the report later: report.store.load_status)
+Status = Literal["running", "complete", "interrupted", "failed", "abandoned"]
 # the stages a run passes, in order; report.json is rewritten at each
 Stage = Literal["start", "pin", "prepare", "build", "run", "check", "done"]
 ARTIFACTS = ("output.log", "report.md", "junit.xml", "stacks.txt", "samples.json")
+EVIDENCE_DIR = "evidence"  # what the checks read, copied into the report (docs/report-schema.md)
+# under it: the build tree's config files at their relative paths, and the run's end-of-run
+# log as the trainer's working folder held it (logs/<env>/)
+CONFIG_EVIDENCE = f"{EVIDENCE_DIR}/config"
+RUN_EVIDENCE = f"{EVIDENCE_DIR}/run"
 
 
 def plain(value: Any) -> Any:
@@ -44,10 +54,22 @@ def now_stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+def process_started(pid: int | None = None) -> float | None:
+    """A process's start time (psutil create_time: epoch seconds), which with its pid names
+    it: a reused pid has another; None when there is no such process."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, OSError):
+        return None
+
+
 @dataclass
 class PinInfo:
     name: str = ""
     file: str = ""
+    # the pin's name, then the pins it extends (a scenario's [pin.X] and a check's `pins`
+    # apply through any of them); with evidence/pin.json it rebuilds the pin as used
+    lineage: list[str] = field(default_factory=list)
     source: dict[str, Any] = field(default_factory=dict)  # the pin's [source] table
     variants: dict[str, str] = field(default_factory=dict)  # its aliases
     # the source verification (status, summary, commit and file hashes); None until verified
@@ -143,9 +165,24 @@ class Report:
     notes: list[str] = field(default_factory=list)
     started_at: str = field(default_factory=now_stamp)
     finished_at: str | None = None
+    # evidence name → path relative to the report folder: every file a check reads
+    evidence: dict[str, str] = field(default_factory=dict)
+    # the harness process writing this report (set by `claim`; None on a report read back
+    # that lacks them): a later reader whose harness_pid is gone (or is another process, by
+    # its start time) knows a `running` report was abandoned
+    harness_pid: int | None = None
+    harness_started: float | None = None
+    harness_host: str | None = None
 
     def artifact(self, name: str) -> Path:
         return self.directory / name
+
+    def claim(self) -> Report:
+        """This process writes the report: record its pid, start time and host."""
+        self.harness_pid = os.getpid()
+        self.harness_started = process_started(self.harness_pid)
+        self.harness_host = socket.gethostname()
+        return self
 
     @property
     def kind(self) -> str:
@@ -170,6 +207,9 @@ class Report:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "harness_argv": self.harness_argv,
+            "harness_pid": self.harness_pid,
+            "harness_started": self.harness_started,
+            "harness_host": self.harness_host,
             "env": self.env,
             "pin": plain(self.pin) if self.pin else {},
             "variant": plain(self.variant) if self.variant else {},
@@ -186,4 +226,5 @@ class Report:
             "cleanup": plain(self.cleanup),
             "notes": self.notes,
             "artifacts": {name: name for name in ARTIFACTS if self.artifact(name).exists()},
+            "evidence": dict(self.evidence),
         }
