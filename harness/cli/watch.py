@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.cli import options
 from harness.cli.output import finish
+from harness.execute.watchdog import DEFAULT_QUIESCENT_S
 from harness.pipeline.options import WatchOptions
 from harness.pipeline.run import watch_command
 
@@ -49,6 +50,7 @@ def command(args: argparse.Namespace) -> int:
         timeout_s=args.timeout or DEFAULT_LIMIT_S,
         startup_s=args.startup or DEFAULT_WINDOW_S,
         stall_s=args.stall or DEFAULT_WINDOW_S,
+        quiescent_s=args.quiescent if args.quiescent is not None else DEFAULT_QUIESCENT_S,
         parser=args.parser,
         cwd=args.cwd,
         trainer_env=options.trainer_env(args),

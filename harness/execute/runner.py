@@ -5,6 +5,7 @@ and reap the whole tree before returning."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import subprocess
 import sys
@@ -20,7 +21,8 @@ from harness import dashboard
 from harness.errors import HarnessError, Interrupted
 from harness.execute.output import OutputPump
 from harness.execute.watchdog import Limits, Trigger, Watchdog
-from harness.process import proctree
+from harness.execute.watchloop import WatchLoop
+from harness.process import proctree, reaper
 from harness.sampling.model import SampleSet
 from harness.sampling.sample import sample_tree
 
@@ -71,32 +73,101 @@ class RunOutcome:
         return -self.returncode if self.returncode is not None and self.returncode < 0 else None
 
 
-def _launch(spec: RunSpec) -> tuple[subprocess.Popen[bytes], int]:
+def _launch(
+    spec: RunSpec, guard: reaper.Reaper | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start the command in its own session, through the PR_SET_PDEATHSIG wrapper (the
+    kernel SIGKILLs it if the harness dies), and tell `guard`, the reaper, its pid and the
+    cookie in its environment (how the reaper finds descendants whose ancestry is lost)."""
+    cookie = reaper.new_cookie()
     read_fd, write_fd = os.pipe()
+    status_r, status_w = os.pipe()  # the wrapper's exec errno, or EOF once it exec'd
     try:
         proc = subprocess.Popen(
-            spec.argv,
+            reaper.pdeathsig_argv(spec.argv, status_w),
             cwd=spec.cwd,
-            env=dict(spec.env),
+            env={**spec.env, reaper.COOKIE_VAR: cookie},
             stdin=subprocess.DEVNULL,
             stdout=write_fd,
             stderr=write_fd,
             start_new_session=True,
+            pass_fds=(status_w,),
         )
-    except FileNotFoundError as exc:
-        os.close(read_fd)
-        raise HarnessError(f"command not found: {spec.argv[0]} ({exc.strerror})") from exc
-    except PermissionError as exc:
-        os.close(read_fd)
-        raise HarnessError(f"command not executable: {spec.argv[0]}") from exc
+    except BaseException:
+        for fd in (read_fd, status_r):
+            os.close(fd)
+        if guard is not None:
+            guard.release()
+        raise
     finally:
         os.close(write_fd)
-    return proc, read_fd
+        os.close(status_w)
+    if guard is not None:
+        guard.watch(proc.pid, cookie)
+    try:
+        errno_ = reaper.exec_status(status_r)
+    except BaseException:  # interrupted while the wrapper starts: kill it before raising
+        proctree.kill_tree(proc, proc.pid)
+        os.close(read_fd)
+        if guard is not None:
+            guard.release()
+        raise
+    finally:
+        os.close(status_r)
+    if errno_ is None:
+        return proc, read_fd
+    proc.wait()
+    os.close(read_fd)
+    if guard is not None:
+        guard.release()
+    if errno_ == errno.ENOENT:
+        raise HarnessError(f"command not found: {spec.argv[0]} ({os.strerror(errno_)})")
+    if errno_ == errno.EACCES:
+        raise HarnessError(f"command not executable: {spec.argv[0]}")
+    raise HarnessError(f"cannot run {spec.argv[0]}: {os.strerror(errno_)}")
 
 
-def _remember_tree(pid: int, seen: dict[int, psutil.Process]) -> None:
-    for p in proctree.descendants(pid):
-        seen.setdefault(p.pid, p)
+def _remember(pids: list[int], seen: dict[int, psutil.Process]) -> None:
+    """Processes of the tree the watch loop saw born: killed at the end, even if they left."""
+    for pid in pids:
+        if pid not in seen:
+            with contextlib.suppress(psutil.Error):
+                seen[pid] = psutil.Process(pid)
+
+
+def _output_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _sample(
+    pid: int, sampling: SampleOptions, watch: WatchLoop, start: float
+) -> tuple[SampleSet, float]:
+    """Stacks at once, CPU activity from the watch loop's recent history."""
+    t0 = time.monotonic()
+    samples = sample_tree(
+        pid,
+        snapshots=sampling.snapshots,
+        interval=sampling.interval_s,
+        stack_timeout=sampling.stack_timeout_s,
+        native=sampling.native,
+        python=sampling.python,
+        own_roots=sampling.own_roots,
+        history=watch.recent_window(),
+        origin=start,
+    )
+    return samples, time.monotonic() - t0
+
+
+def _confirm(watch: WatchLoop, samples: SampleSet | None) -> str | None:
+    """Quiescence holds after the stack dump (None), or why not; its time in the samples."""
+    t0 = time.monotonic()
+    why = watch.confirm()
+    if samples is not None:
+        samples.timings["confirm"] = time.monotonic() - t0
+    return why
 
 
 def run_watched(
@@ -116,13 +187,15 @@ def run_watched(
         raise HarnessError(str(exc)) from exc
     if not spec.cwd.is_dir():
         raise HarnessError(f"working directory {spec.cwd} does not exist")
+    guard = reaper.start()  # before `before`: the reaper is ours, not an adopted orphan
     before = {p.pid for p in proctree.descendants(os.getpid())}
     wall_start = time.time()
-    proc, read_fd = _launch(spec)
+    proc, read_fd = _launch(spec, guard)
     start = time.monotonic()
     pump = OutputPump(read_fd, spec.log_path, parser, echo)
     pump.start()
     dog = Watchdog(limits, start)
+    watch = WatchLoop(proc.pid, start, quiescence=limits.quiescent_s > 0)
     seen: dict[int, psutil.Process] = {}
     samples: SampleSet | None = None
     sampling_s = 0.0
@@ -133,32 +206,37 @@ def run_watched(
     try:
         if on_started is not None:
             on_started(proc.pid)
-        last_tree_scan = 0.0
+        output_size, output_at = 0, None
         while True:
             now = time.monotonic()
             for t in pump.take_progress():
                 dog.progress(t)
             if proc.poll() is not None:
+                watch.root_exited(proc.returncode, time.monotonic())
                 break
-            if now - last_tree_scan >= 1.0:
-                _remember_tree(proc.pid, seen)
-                last_tree_scan = now
+            if (size := _output_size(spec.log_path)) != output_size:
+                output_size, output_at = size, now
+            watch.tick(now, output_at)
+            _remember(watch.new_pids(), seen)
+            dog.quiet(watch.quiet_since)
             fired = dog.check(now)
             if fired is not None:
                 trigger, reason = fired, dog.reason(fired, now)
                 progressing = dog.progressing(now)
                 if sampling.enabled:
-                    t0 = time.monotonic()
-                    samples = sample_tree(
-                        proc.pid,
-                        snapshots=sampling.snapshots,
-                        interval=sampling.interval_s,
-                        stack_timeout=sampling.stack_timeout_s,
-                        native=sampling.native,
-                        python=sampling.python,
-                        own_roots=sampling.own_roots,
-                    )
-                    sampling_s = time.monotonic() - t0
+                    samples, sampling_s = _sample(proc.pid, sampling, watch, start)
+                why = _confirm(watch, samples) if fired is Trigger.QUIESCENT else None
+                if why is not None:
+                    # the tree moved after all: no verdict from quiescence, watch on
+                    watch.notes.append(f"quiescence not confirmed after the stack dump: {why}")
+                    watch.reset_quiet()
+                    dog.quiet(None)
+                    samples, sampling_s = None, 0.0
+                    trigger, reason = Trigger.EXIT, "exited"
+                    time.sleep(POLL_S)
+                    continue
+                if samples is not None:
+                    watch.annotate(samples)
                 break
             time.sleep(POLL_S)
     except Interrupted as exc:
@@ -167,8 +245,11 @@ def run_watched(
         interrupt_signal = exc.signum
     finally:
         # orphans of the trainer that left its session were adopted by us (subreaper)
+        _remember(watch.new_pids(), seen)  # born during the last look or the dump
         adopted = [p for p in proctree.descendants(os.getpid()) if p.pid not in before]
         cleanup = proctree.kill_tree(proc, proc.pid, [*seen.values(), *adopted])
+        watch.close()
+        guard.release()  # the tree is dead and reaped: the reaper exits, killing nothing
         pump.join(timeout=2.0)
         with contextlib.suppress(OSError):
             os.close(read_fd)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.execute.runner import SampleOptions
+from harness.execute.watchdog import DEFAULT_QUIESCENT_S
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class RunOptions:
     timeout_s: float | None = None
     startup_s: float | None = None
     stall_s: float | None = None
+    quiescent_s: float | None = None  # None: DEFAULT_QUIESCENT_S; 0: off
     steps: int | None = None
     trainer_env: dict[str, str] = field(default_factory=dict)
     trainer_args: list[str] = field(default_factory=list)
@@ -42,6 +44,7 @@ class WatchOptions:
     timeout_s: float
     startup_s: float
     stall_s: float
+    quiescent_s: float = DEFAULT_QUIESCENT_S  # 0: off
     parser: str = "lines"
     cwd: Path = Path(".")
     trainer_env: dict[str, str] = field(default_factory=dict)

@@ -15,7 +15,7 @@ from harness.analysis.classify import Verdict
 from harness.config.pin import Pin
 from harness.config.scenario import RunSettings
 from harness.errors import HarnessError
-from harness.execute.watchdog import Limits
+from harness.execute.watchdog import DEFAULT_QUIESCENT_S, Limits
 from harness.outcome import BUILD_FAILED, USAGE
 from harness.pipeline.options import RunOptions
 from harness.report import store
@@ -53,6 +53,7 @@ def limits_for(opts: RunOptions, settings: RunSettings) -> Limits:
         wall_s=opts.timeout_s if opts.timeout_s is not None else settings.timeout_s,
         startup_s=opts.startup_s if opts.startup_s is not None else settings.startup_s,
         stall_s=opts.stall_s if opts.stall_s is not None else settings.stall_s,
+        quiescent_s=opts.quiescent_s if opts.quiescent_s is not None else DEFAULT_QUIESCENT_S,
     )
 
 

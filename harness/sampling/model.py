@@ -37,6 +37,11 @@ class ThreadSample:
     wchan: str  # kernel wait channel ("futex_do_wait", "do_wait"); "" when running/hidden
     syscall: str  # syscall number as text, "running", or "" if unreadable
     cpu_time: float  # utime+stime seconds
+    # the six raw arguments of that syscall (from /proc/PID/task/TID/syscall), when in one
+    syscall_args: list[int] = field(default_factory=list)
+    # times the thread was put on a CPU (schedstat); the watch loop reads it only while the
+    # tree looks blocked, to tell "never woke up" from "woke up between two looks"
+    runs: int | None = None
 
 
 @dataclass
@@ -53,8 +58,74 @@ class ProcessSample:
 
 @dataclass
 class Snapshot:
-    t: float  # seconds since sampling began
+    t: float  # seconds since sampling began (watch-loop snapshots: since launch)
     processes: list[ProcessSample]
+
+
+# One thread at one moment of the timeline: (pid, tid, state, cpu seconds, wchan, syscall),
+# syscall as a name ("futex", "wait4", "read", "running", "" unreadable, "#N" unknown).
+TimelineThread = tuple[int, int, str, float, str, str]
+
+
+@dataclass
+class TimelinePoint:
+    """The whole tree at one moment of the run, compact."""
+
+    t: float  # seconds since launch
+    quiet: bool  # every live thread was blocked on the tree (docs/quiescence.md)
+    threads: list[TimelineThread]
+    more_threads: int = 0  # threads left out of this point (a point keeps at most 256)
+
+
+@dataclass
+class ProcessEvent:
+    """A process of the tree seen for the first time, or seen gone."""
+
+    t: float  # seconds since launch (when the watch loop noticed)
+    event: str  # "start" | "exit"
+    pid: int
+    ppid: int
+    name: str
+    # exits: "exited 0", "exited 3", "killed by SIGKILL", "exited, status unknown"
+    status: str = ""
+
+
+@dataclass
+class ThreadWait:
+    """What one thread waits on at the trigger, by the quiescence rule."""
+
+    pid: int
+    tid: int
+    kind: str  # "tree" | "timed" | "outside" | "running" | "unknown" | "done"
+    what: str  # "futex wait, no timeout", "wait4 for child 1234 (in the tree)", ...
+
+
+@dataclass
+class WatchInfo:
+    """How the run was watched before the trigger."""
+
+    interval_s: float  # cadence of the watch loop
+    snapshots: int  # snapshots taken over the run
+    quiescence: str  # "on (x86_64)" | "off: <why>"
+    cpu_s: float  # CPU time the watch loop itself used
+    events_dropped: int = 0  # events beyond the bound, not kept
+
+
+@dataclass
+class LockLink:
+    """One step of a mutex wait-for cycle: a thread, the mutex it waits for, its owner."""
+
+    tid: int
+    name: str
+    mutex: str  # the mutex's address in the process ("0x…"), or "?" when not known
+    owner: int  # the thread that holds it (the next step's tid)
+    owner_name: str
+
+
+@dataclass
+class LockCycle:
+    pid: int
+    links: list[LockLink]
 
 
 @dataclass
@@ -84,6 +155,14 @@ class SampleSet:
     raw: dict[str, str] = field(default_factory=dict)
     # seconds spent per phase: "snapshots", "stacks"
     timings: dict[str, float] = field(default_factory=dict)
+    # from the watch loop (empty when the sample was taken without one): the tree over the
+    # run (older points thinned out), process births and exits, what each thread waits on
+    timeline: list[TimelinePoint] = field(default_factory=list)
+    events: list[ProcessEvent] = field(default_factory=list)
+    waits: list[ThreadWait] = field(default_factory=list)
+    watch: WatchInfo | None = None
+    # pthread mutex wait-for cycles found while the tree was still alive (sampling/locks.py)
+    lock_cycles: list[LockCycle] = field(default_factory=list)
 
 
 def to_json(s: SampleSet) -> dict[str, Any]:

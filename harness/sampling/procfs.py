@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import psutil
 
@@ -18,36 +18,249 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PYTHON_BASENAME = re.compile(r"^python\d*(\.\d+)?[a-z]?$")
 
 
-def read_thread(pid: int, tid: int) -> ThreadSample | None:
-    """State, wchan, syscall and CPU time of one thread, or None if it is gone."""
-    base = f"/proc/{pid}/task/{tid}"
-    stat = read_text(f"{base}/stat")
-    if not stat or ")" not in stat:
+_SMALL, _BIG = 8192, 65536
+
+
+def read_proc(path: str, size: int = _SMALL) -> str | None:
+    """A small /proc file in one read (no buffered file object: the watch loop reads several
+    per thread, several times a second), or None when it vanished or cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, size).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _stat_fields(text: str | None) -> tuple[str, list[str]] | None:
+    """(comm, the fields after it) of a stat line; the first field after comm is the state."""
+    if not text or ")" not in text:
         return None
     # comm may contain spaces and parentheses: the fields start after the LAST ')'
-    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-    fields = stat[stat.rindex(")") + 2 :].split()
-    wchan = (read_text(f"{base}/wchan") or "").strip()
-    syscall = (read_text(f"{base}/syscall") or "").split()
+    return text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+
+
+def _syscall(text: str | None) -> tuple[str, list[int]]:
+    """("202", [six args]) when blocked in a syscall, ("running", []), ("-1", []) when
+    blocked outside one, ("", []) when unreadable."""
+    parts = (text or "").split()
+    if not parts:
+        return "", []
+    if parts[0] in ("running", "-1") or len(parts) < 7:
+        return parts[0], []
+    try:
+        return parts[0], [int(a, 16) for a in parts[1:7]]
+    except ValueError:
+        return parts[0], []
+
+
+class ProcFiles:
+    """Per-thread /proc files kept open and re-read with pread: a third of the CPU of an
+    open/read/close each time (the watch loop reads four per thread, four times a second).
+
+    An open file stays bound to its thread: once the thread is gone (and reaped) a read
+    fails, never shows another thread that got the tid. At most `limit` files stay open
+    (past it, files are opened and closed per read); `sweep` closes those of vanished
+    threads, `close` all of them.
+    """
+
+    def __init__(self, limit: int = 512) -> None:
+        self.limit = limit
+        self._fds: dict[tuple[int, int], dict[str, int]] = {}
+        self._count = 0
+
+    def read(self, pid: int, tid: int, name: str) -> str | None:
+        files = self._fds.get((pid, tid))
+        fd = files.get(name) if files is not None else None
+        size = _BIG if name == "children" else _SMALL
+        if fd is not None:
+            try:
+                return os.pread(fd, size, 0).decode("utf-8", "replace")
+            except OSError:
+                return None
+        path = f"/proc/{pid}/task/{tid}/{name}"
+        if self._count >= self.limit:
+            return read_proc(path)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        self._fds.setdefault((pid, tid), {})[name] = fd
+        self._count += 1
+        try:
+            return os.pread(fd, size, 0).decode("utf-8", "replace")
+        except OSError:
+            return None
+
+    def sweep(self, alive: set[tuple[int, int]]) -> None:
+        for key in [k for k in self._fds if k not in alive]:
+            self._close(key)
+
+    def close(self) -> None:
+        for key in list(self._fds):
+            self._close(key)
+
+    def _close(self, key: tuple[int, int]) -> None:
+        for fd in self._fds.pop(key).values():
+            os.close(fd)
+            self._count -= 1
+
+
+def read_thread(pid: int, tid: int, files: ProcFiles | None = None) -> ThreadSample | None:
+    """State, wchan, syscall (number and arguments) and CPU time of one thread, or None if
+    it is gone. With `files`, through its kept-open files."""
+    if files is None:
+        base = f"/proc/{pid}/task/{tid}"
+        stat = read_proc(f"{base}/stat")
+    else:
+        stat = files.read(pid, tid, "stat")
+    parsed = _stat_fields(stat)
+    if parsed is None or len(parsed[1]) < 13:
+        return None
+    comm, fields = parsed
+    if files is None:
+        wchan_text, syscall_text = read_proc(f"{base}/wchan"), read_proc(f"{base}/syscall")
+    else:
+        wchan_text, syscall_text = files.read(pid, tid, "wchan"), files.read(pid, tid, "syscall")
+    wchan = (wchan_text or "").strip()
+    number, args = _syscall(syscall_text)
     return ThreadSample(
         tid=tid,
         name=comm,
         state=fields[0],
         wchan="" if wchan == "0" else wchan,
-        syscall=syscall[0] if syscall else "",
+        syscall=number,
         cpu_time=(int(fields[11]) + int(fields[12])) / _CLK_TCK,
+        syscall_args=args,
     )
 
 
-def _task_ids(pid: int) -> list[int]:
+def task_ids(pid: int) -> list[int]:
     try:
         return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except (OSError, ValueError):
+        return []
+
+
+def task_children(pid: int, tid: int, files: ProcFiles | None = None) -> list[int] | None:
+    """The children a thread forked (/proc/PID/task/TID/children), or None when the kernel
+    has no such file (CONFIG_PROC_CHILDREN)."""
+    if files is not None:
+        text = files.read(pid, tid, "children")
+    else:
+        text = read_proc(f"/proc/{pid}/task/{tid}/children", _BIG)
+    if text is None:
+        return None if not os.path.exists(f"/proc/{pid}/task/{tid}") else []
+    return [int(c) for c in text.split()]
+
+
+def process_ppid(pid: int) -> int | None:
+    parsed = _stat_fields(read_proc(f"/proc/{pid}/stat"))
+    return int(parsed[1][1]) if parsed is not None and len(parsed[1]) > 1 else None
+
+
+def zombie_status(pid: int) -> int | None:
+    """The wait status of a zombie process (stat field 52, Linux 3.5+), or None when it is
+    not a zombie or the field cannot be read."""
+    parsed = _stat_fields(read_proc(f"/proc/{pid}/stat"))
+    if parsed is None or parsed[1][0] != "Z" or len(parsed[1]) < 50:
+        return None
+    try:
+        return int(parsed[1][49])
+    except ValueError:
+        return None
+
+
+def thread_runs(pid: int, tid: int, files: ProcFiles | None = None) -> int | None:
+    """How many times the thread was put on a CPU (/proc/.../schedstat, third field)."""
+    path = f"/proc/{pid}/task/{tid}/schedstat"
+    text = files.read(pid, tid, "schedstat") if files is not None else read_proc(path)
+    fields = (text or "").split()
+    return int(fields[2]) if len(fields) >= 3 and fields[2].isdigit() else None
+
+
+def fd_target(pid: int, fd: int) -> str | None:
+    """What an fd is: "pipe:[123]", "socket:[456]", "/dev/pts/0", a path; None if unreadable."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return None
+
+
+_O_ACCMODE = 0o3
+
+
+def fd_writable(pid: int, fd: int) -> bool:
+    """The fd was opened for writing (fdinfo `flags`: O_WRONLY or O_RDWR)."""
+    for line in (read_proc(f"/proc/{pid}/fdinfo/{fd}") or "").splitlines():
+        if line.startswith("flags:"):
+            return int(line.split()[1], 8) & _O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
+    return False
+
+
+def pipe_writer(pid: int, inodes: Collection[int]) -> set[int]:
+    """Which of these pipe inodes process `pid` holds open for writing (its fds it can read)."""
+    wanted = {f"pipe:[{ino}]": ino for ino in inodes}
+    found: set[int] = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for name in fds:
+        if not name.isdigit():
+            continue
+        ino = wanted.get(fd_target(pid, int(name)) or "")
+        if ino is not None and ino not in found and fd_writable(pid, int(name)):
+            found.add(ino)
+    return found
+
+
+def all_pids() -> list[int]:
+    try:
+        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
     except OSError:
         return []
 
 
+# a handler for these means a timer (alarm, setitimer) may wake the process by a signal
+_TIMER_SIGNALS = {14: "SIGALRM", 26: "SIGVTALRM", 27: "SIGPROF"}
+
+
+def timer_wakers(pid: int) -> str:
+    """Why a timer signal may wake the process ("catches SIGALRM", "2 POSIX timers"), or ""."""
+    why = []
+    for line in (read_proc(f"/proc/{pid}/status", _BIG) or "").splitlines():
+        if line.startswith("SigCgt:"):
+            caught = int(line.split()[1], 16)
+            why += [f"catches {n}" for s, n in _TIMER_SIGNALS.items() if caught >> (s - 1) & 1]
+    timers = (read_proc(f"/proc/{pid}/timers", _BIG) or "").count("ID:")
+    if timers:
+        why.append(f"{timers} POSIX timer{'s' if timers > 1 else ''}")
+    return ", ".join(why)
+
+
+def is_32bit(pid: int) -> bool:
+    """The process runs a 32-bit ELF (compat syscall numbers differ from the native ones)."""
+    try:
+        with open(f"/proc/{pid}/exe", "rb") as f:
+            head = f.read(5)
+    except OSError:
+        return False
+    return head[:4] == b"\x7fELF" and head[4:5] == b"\x01"
+
+
+def exe_cmdline(pid: int, tid: int | None = None) -> tuple[str, list[str]]:
+    """The executable and argv of a process, read through thread `tid` (default: the main
+    thread; "" and [] when unreadable)."""
+    return _task_exe_cmdline(pid, pid if tid is None else tid)
+
+
 def read_threads(pid: int) -> list[ThreadSample]:
-    threads = (read_thread(pid, tid) for tid in _task_ids(pid))
+    threads = (read_thread(pid, tid) for tid in task_ids(pid))
     return [t for t in threads if t is not None]
 
 
@@ -117,7 +330,7 @@ def _tree(root_pid: int) -> list[psutil.Process]:
         return []
 
 
-def _snapshot(root_pid: int, t0: float) -> Snapshot:
+def snapshot(root_pid: int, t0: float) -> Snapshot:
     t = time.monotonic() - t0
     samples = (_sample_process(p) for p in _tree(root_pid))
     return Snapshot(t=t, processes=[s for s in samples if s is not None])
@@ -129,7 +342,7 @@ def take_snapshots(root_pid: int, n: int, interval: float, t0: float) -> list[Sn
         delay = t0 + i * interval - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        snaps.append(_snapshot(root_pid, t0))
+        snaps.append(snapshot(root_pid, t0))
     return snaps
 
 

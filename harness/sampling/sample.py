@@ -17,9 +17,14 @@ import os
 import time
 from collections.abc import Sequence
 
-from harness.sampling.model import SampleSet
-from harness.sampling.procfs import compute_activity, last_seen, take_snapshots
+from harness.sampling import locks
+from harness.sampling.model import LockCycle, LockLink, ProcessSample, SampleSet, Snapshot
+from harness.sampling.procfs import compute_activity, last_seen, snapshot, take_snapshots
 from harness.sampling.stacks import collect_stacks, plan_tools
+
+# With history, the CPU activity must span at least this long (a trigger in the first
+# moments of a run tops it up with fresh snapshots, at the caller's interval).
+MIN_HISTORY_SPAN_S = 0.5
 
 
 def sample_tree(
@@ -32,8 +37,14 @@ def sample_tree(
     python: str = "auto",
     own_roots: Sequence[str] = (),
     py_native: bool = False,
+    history: Sequence[Snapshot] | None = None,
+    origin: float | None = None,
 ) -> SampleSet:
     """Snapshot every thread of root_pid's tree `snapshots` times, then take stacks once.
+
+    With `history` (the watch loop's recent snapshots, oldest first, their `t` in seconds
+    since `origin`, a time.monotonic()), no new snapshot is taken when they span at least
+    MIN_HISTORY_SPAN_S: the stacks are taken at once and the CPU activity comes from them.
 
     Never raises for anything the target or the tools do; see `tools` and `notes`.
     The stack phase is bounded by about 3 × stack_timeout in all.
@@ -41,7 +52,10 @@ def sample_tree(
     t0 = time.monotonic()
     result = SampleSet([], [], [], {}, [], 0.0)
     plan = plan_tools(native, python, result)
-    result.snapshots = take_snapshots(root_pid, max(1, snapshots), interval, t0)
+    if history:
+        result.snapshots = _top_up(root_pid, list(history), interval, origin or t0)
+    else:
+        result.snapshots = take_snapshots(root_pid, max(1, snapshots), interval, t0)
     result.activity = compute_activity(result.snapshots)
     last = last_seen(result.snapshots)
     if not last:
@@ -55,6 +69,46 @@ def sample_tree(
     plan.deadline = t_stacks + 3 * stack_timeout
     roots = tuple(os.path.realpath(r) for r in own_roots)
     collect_stacks(last, plan, roots, result)
+    result.lock_cycles = _lock_cycles(last, result)
     result.duration_s = time.monotonic() - t0
     result.timings["stacks"] = result.duration_s - result.timings["snapshots"]
     return result
+
+
+MAX_LOCK_PROCESSES = 8  # the futex owners of this many processes are read, at most
+
+
+def _lock_cycles(processes: Sequence[ProcessSample], result: SampleSet) -> list[LockCycle]:
+    """The mutex wait-for cycles of the native processes that have a thread in a futex
+    wait, read while they are still alive (the owners are in their memory)."""
+    cycles: list[LockCycle] = []
+    waiting = [
+        p
+        for p in processes
+        if not p.is_python and any(t.wchan.startswith("futex") for t in p.threads)
+    ]
+    for proc in waiting[:MAX_LOCK_PROCESSES]:
+        graph = locks.lock_graph(proc.pid)
+        result.notes += [n for n in graph.notes if n not in result.notes]
+        for cycle in graph.cycles:
+            links = [
+                LockLink(
+                    step.tid,
+                    step.name,
+                    "?" if step.mutex is None else hex(step.mutex),
+                    nxt.tid,
+                    nxt.name,
+                )
+                for step, nxt in zip(cycle, [*cycle[1:], cycle[0]], strict=True)
+            ]
+            cycles.append(LockCycle(proc.pid, links))
+    return cycles
+
+
+def _top_up(root_pid: int, snaps: list[Snapshot], interval: float, origin: float) -> list[Snapshot]:
+    """The history, with fresh snapshots added until it spans MIN_HISTORY_SPAN_S."""
+    step = min(interval, MIN_HISTORY_SPAN_S / 2)
+    while snaps[-1].t - snaps[0].t < MIN_HISTORY_SPAN_S - 1e-6:
+        time.sleep(max(0.0, min(step, snaps[0].t + MIN_HISTORY_SPAN_S - snaps[-1].t)))
+        snaps.append(snapshot(root_pid, origin))
+    return snaps

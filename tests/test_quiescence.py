@@ -1,0 +1,421 @@
+"""Quiescence (docs/quiescence.md): the pure rule over hand-made snapshots, each way; the
+watchdog's trigger; the watch loop on real processes; and `harness watch`/`harness run` on
+real programs, where only quiescence can fire early (startup and stall windows of 60 s):
+deadlocks get their verdict long before the window, programs that only sleep, wait on a
+sleeping writer or on a timer thread pass."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from harness.analysis.classify import classify
+from harness.config.signatures import load_signatures
+from harness.execute import quiescence as q
+from harness.execute.watchdog import Limits, Trigger, Watchdog
+from harness.execute.watchloop import TIMELINE_POINTS, WatchLoop, describe_status
+from harness.sampling.model import ProcessSample, SampleSet, Snapshot, ThreadSample, ThreadWait
+from tests.harness_cli import harness, tree_is_gone
+
+X86 = q.X86_64
+FUTEX, NANOSLEEP, CLOCK_NANOSLEEP, WAIT4, WAITID, READ, POLL, EPOLL_WAIT = (
+    202,
+    35,
+    230,
+    61,
+    247,
+    0,
+    7,
+    232,
+)
+FUTEX_WAIT_PRIVATE = 128
+FUTEX_WAIT_BITSET_REALTIME_PRIVATE = 9 | 128 | 256
+FUTEX_WAKE_PRIVATE = 1 | 128
+WINDOWS = ["--startup", "60", "--stall", "60", "--timeout", "90"]
+
+# ---------------------------------------------------------------- hand-made snapshots
+
+
+def th(
+    tid: int,
+    state: str = "S",
+    nr: int | str = FUTEX,
+    args: tuple[int, ...] = (0x1000, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0),
+    cpu: float = 0.0,
+    runs: int | None = None,
+) -> ThreadSample:
+    return ThreadSample(
+        tid=tid,
+        name=f"t{tid}",
+        state=state,
+        wchan="futex_do_wait" if state == "S" else "",
+        syscall=str(nr),
+        cpu_time=cpu,
+        syscall_args=list(args) if str(nr).isdigit() else [],
+        runs=runs,
+    )
+
+
+def proc(pid: int, ppid: int, *threads: ThreadSample) -> ProcessSample:
+    return ProcessSample(pid, ppid, "prog", "/bin/prog", ["prog"], "sleeping", False, list(threads))
+
+
+def snap(t: float, *procs: ProcessSample) -> Snapshot:
+    return Snapshot(t=t, processes=list(procs))
+
+
+def wait_of(t: ThreadSample, facts: q.TreeFacts | None = None, *others: ProcessSample) -> q.Wait:
+    p = proc(10, 1, t)
+    return q.thread_wait(snap(0.0, p, *others), p, t, X86, facts)
+
+
+def kind(t: ThreadSample, facts: q.TreeFacts | None = None, *others: ProcessSample) -> str:
+    return wait_of(t, facts, *others).kind
+
+
+def test_futex_waits_without_a_timeout_wait_on_the_tree() -> None:
+    assert kind(th(10)) == q.TREE  # FUTEX_WAIT|PRIVATE, NULL timeout: a lock wait
+    cond = th(10, args=(0x1000, FUTEX_WAIT_BITSET_REALTIME_PRIVATE, 0, 0, 0, 0xFFFFFFFF))
+    assert kind(cond) == q.TREE  # glibc's untimed condvar/join/semaphore wait
+    assert kind(th(10, args=(0x1000, 6 | 128, 0, 0, 0, 0))) == q.TREE  # FUTEX_LOCK_PI
+    assert "no timeout" in wait_of(th(10)).what
+
+
+def test_futex_waits_with_a_timeout_are_timed() -> None:
+    assert kind(th(10, args=(0x1000, FUTEX_WAIT_PRIVATE, 0, 0x7FFD0000, 0, 0))) == q.TIMED
+    timed_cond = (0x1000, FUTEX_WAIT_BITSET_REALTIME_PRIVATE, 0, 0x7FFD0000, 0, 0xFFFFFFFF)
+    assert kind(th(10, args=timed_cond)) == q.TIMED  # pthread_cond_timedwait: absolute time
+    assert kind(th(10, args=(0x1000, 6, 0, 0x7FFD0000, 0, 0))) == q.TIMED  # LOCK_PI, timed
+
+
+def test_futex_wake_and_futex_waitv() -> None:
+    assert kind(th(10, args=(0x1000, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0))) == q.RUNNING
+    assert kind(th(10, nr=449, args=(0x2000, 2, 0, 0, 1, 0))) == q.TREE
+    assert kind(th(10, nr=449, args=(0x2000, 2, 0, 0x7FFD0000, 1, 0))) == q.TIMED
+
+
+def test_sleeps_are_timed() -> None:
+    assert kind(th(10, nr=NANOSLEEP, args=(0x7FFD0000, 0, 0, 0, 0, 0))) == q.TIMED
+    assert kind(th(10, nr=CLOCK_NANOSLEEP, args=(1, 0, 0x7FFD0000, 0, 0, 0))) == q.TIMED
+    assert kind(th(10, nr=219, args=(0, 0, 0, 0, 0, 0))) == q.TIMED  # restart_syscall
+
+
+def test_waiting_for_a_child() -> None:
+    child = proc(11, 10, th(11))
+    assert kind(th(10, nr=WAIT4, args=(11, 0x7FFD, 0, 0, 0, 0)), None, child) == q.TREE
+    assert kind(th(10, nr=WAIT4, args=(12, 0x7FFD, 0, 0, 0, 0)), None, child) == q.OUTSIDE
+    any_child = (0xFFFFFFFFFFFFFFFF, 0x7FFD, 0, 0, 0, 0)  # wait4(-1, ...)
+    assert kind(th(10, nr=WAIT4, args=any_child), None, child) == q.TREE
+    assert kind(th(10, nr=WAIT4, args=any_child)) == q.OUTSIDE  # no child in the tree
+    assert kind(th(10, nr=WAIT4, args=(11, 0x7FFD, 1, 0, 0, 0)), None, child) == q.RUNNING
+    assert kind(th(10, nr=WAITID, args=(1, 11, 0x7FFD, 4, 0, 0)), None, child) == q.TREE
+    assert kind(th(10, nr=WAITID, args=(1, 99, 0x7FFD, 4, 0, 0)), None, child) == q.OUTSIDE
+    assert kind(th(10, nr=WAITID, args=(0, 0, 0x7FFD, 4, 0, 0)), None, child) == q.TREE
+
+
+def pipe_facts(**kw: object) -> q.TreeFacts:
+    facts = q.TreeFacts(fds={(10, 3): "pipe:[777]"})
+    for k, v in kw.items():
+        setattr(facts, k, v)
+    return facts
+
+
+def test_reading_a_pipe() -> None:
+    reader = th(10, nr=READ, args=(3, 0x7FFD, 64, 0, 0, 0))
+    pending = wait_of(reader)
+    assert (pending.kind, pending.fd) == (q.UNKNOWN, 3)  # needs the facts first
+    assert kind(reader, pipe_facts(writers={777: [11]})) == q.TREE
+    assert kind(reader, pipe_facts(writers={777: [11]}, outside_writers={777: [5]})) == q.OUTSIDE
+    assert kind(reader, pipe_facts()) == q.OUTSIDE  # no writer in the tree
+    assert kind(reader, q.TreeFacts(fds={(10, 3): "socket:[55]"})) == q.OUTSIDE
+    assert kind(reader, q.TreeFacts(fds={(10, 3): "/dev/pts/0"})) == q.OUTSIDE
+    assert kind(reader, q.TreeFacts()) == q.UNKNOWN  # fd unreadable
+
+
+def test_poll_select_epoll_and_states_are_not_the_tree() -> None:
+    assert kind(th(10, nr=POLL, args=(0x7FFD, 1, 0xFFFFFFFF, 0, 0, 0))) == q.OUTSIDE
+    assert kind(th(10, nr=EPOLL_WAIT, args=(4, 0x7FFD, 8, 0xFFFFFFFF, 0, 0))) == q.OUTSIDE
+    assert kind(th(10, state="D")) == q.OUTSIDE
+    assert kind(th(10, state="T")) == q.OUTSIDE
+    assert kind(th(10, state="R", nr="running")) == q.RUNNING
+    assert kind(th(10, state="Z", nr="")) == q.DONE
+    assert kind(th(10, nr="")) == q.UNKNOWN  # syscall unreadable
+    assert kind(th(10, nr="-1")) == q.UNKNOWN  # asleep outside a syscall
+    assert kind(th(10), q.TreeFacts(compat={10})) == q.UNKNOWN  # 32-bit numbers differ
+
+
+def test_unknown_architecture_never_quiescent() -> None:
+    p = proc(10, 1, th(10))
+    assert q.table_for("riscv64") is None and q.table_for("arm64") is q.AARCH64
+    assert q.thread_wait(snap(0, p), p, p.threads[0], None).kind == q.UNKNOWN
+    assert q.quiet_since([snap(0, p), snap(9, p)], None) is None
+
+
+def test_aarch64_numbers() -> None:
+    arm = q.AARCH64
+    assert (arm.name(98), arm.name(260), arm.name(95), arm.name(63), arm.name(115)) == (
+        "futex",
+        "wait4",
+        "waitid",
+        "read",
+        "clock_nanosleep",
+    )
+    p = proc(10, 1, th(10, nr=98))  # futex on aarch64
+    assert q.thread_wait(snap(0, p), p, p.threads[0], arm).kind == q.TREE
+    p = proc(10, 1, th(10, nr=101, args=(0x7FFD, 0, 0, 0, 0, 0)))  # nanosleep on aarch64
+    assert q.thread_wait(snap(0, p), p, p.threads[0], arm).kind == q.TIMED
+
+
+@pytest.mark.parametrize(
+    ("header", "table"),
+    [
+        ("/usr/include/x86_64-linux-gnu/asm/unistd_64.h", q.X86_64),
+        ("/usr/include/asm-generic/unistd.h", q.AARCH64),
+    ],
+)
+def test_numbers_match_the_kernel_headers(header: str, table: q.SyscallTable) -> None:
+    path = Path(header)
+    if not path.exists():
+        pytest.skip(f"no {header}")
+    text = path.read_text()
+    for number, name in table.names.items():
+        assert f"_{name} {number}\n" in text or f"_{name}\t{number}\n" in text, name
+
+
+def test_a_timer_signal_may_end_a_futex_wait() -> None:
+    p = proc(10, 1, th(10))
+    facts = q.TreeFacts(timers={10: "catches SIGALRM"})
+    waits = q.tree_waits(snap(0, p), X86, facts)
+    assert waits[0][1].kind == q.TIMED and "SIGALRM" in waits[0][1].what
+
+
+def test_is_blocked_needs_every_live_thread_on_the_tree() -> None:
+    def blocked(*threads: ThreadSample) -> bool:
+        return q.is_blocked(q.tree_waits(snap(0, proc(10, 1, *threads)), X86))
+
+    assert blocked(th(10), th(11))
+    assert blocked(th(10, state="Z", nr=""), th(11))  # an exited main thread waits on nothing
+    assert not blocked(th(10), th(11, nr=NANOSLEEP, args=(1, 0, 0, 0, 0, 0)))
+    assert not blocked(th(10), th(11, state="R", nr="running"))
+    assert not blocked(th(10, state="Z", nr=""))  # nothing live
+    reader = th(11, nr=READ, args=(3, 0x7FFD, 64, 0, 0, 0))
+    waits = q.tree_waits(snap(0, proc(10, 1, th(10), reader)), X86)
+    assert not q.is_blocked(waits) and q.needs_facts(waits) == [(10, 3)]
+    sleeper = th(12, nr=NANOSLEEP, args=(1, 0, 0, 0, 0, 0))
+    waits = q.tree_waits(snap(0, proc(10, 1, reader, sleeper)), X86)
+    assert q.needs_facts(waits) == []  # a sleeper settles it: no need to look at the fd
+
+
+def test_woke_sees_any_movement() -> None:
+    base = snap(0, proc(10, 1, th(10, runs=5), th(11, runs=7)))
+    same = snap(1, proc(10, 1, th(10, runs=5), th(11, runs=7)))
+    assert q.woke(base, same) is None
+    assert "CPU" in (q.woke(base, snap(1, proc(10, 1, th(10, cpu=0.01), th(11)))) or "")
+    assert "scheduled" in (q.woke(base, snap(1, proc(10, 1, th(10, runs=6), th(11)))) or "")
+    other_futex = th(11, args=(0x2000, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0))
+    assert "waits on" in (q.woke(base, snap(1, proc(10, 1, th(10), other_futex))) or "")
+    assert "thread" in (q.woke(base, snap(1, proc(10, 1, th(10)))) or "")
+    assert "process" in (q.woke(base, snap(1, proc(10, 1, th(10), th(11)), proc(12, 10))) or "")
+    # a tracer's attach: a little CPU and a reschedule are forgiven in the confirmation
+    traced = snap(1, proc(10, 1, th(10, cpu=0.01, runs=9), th(11, runs=7)))
+    assert q.woke(base, traced, cpu_slack=0.05, runs=False) is None
+
+
+def test_quiet_since_over_a_run_of_snapshots() -> None:
+    blocked = [snap(t, proc(10, 1, th(10), th(11))) for t in (0.0, 0.25, 0.5, 0.75)]
+    assert q.quiet_since(blocked, X86) == 0.0
+    assert q.quiet_since(blocked, X86, output_at=0.3) == 0.5  # output: the run restarts
+    moved = [*blocked[:2], snap(0.5, proc(10, 1, th(10, cpu=0.02), th(11))), blocked[3]]
+    assert q.quiet_since(moved, X86) == 0.5
+    sleeping = snap(1.0, proc(10, 1, th(10), th(11, nr=NANOSLEEP, args=(1, 0, 0, 0, 0, 0))))
+    assert q.quiet_since([*blocked, sleeping], X86) is None
+    reader = th(11, nr=READ, args=(3, 0x7FFD, 64, 0, 0, 0))
+    piped = [snap(t, proc(10, 1, th(10), reader)) for t in (0.0, 0.25)]
+    facts = [pipe_facts(writers={777: [10]})] * 2
+    assert q.quiet_since(piped, X86) is None  # the fd not looked at: not proven
+    assert q.quiet_since(piped, X86, facts) == 0.0
+
+
+# ---------------------------------------------------------------- watchdog and classify
+
+
+def test_watchdog_quiescent_trigger() -> None:
+    dog = Watchdog(Limits(wall_s=60, startup_s=30, stall_s=30, quiescent_s=5), started_at=0.0)
+    dog.quiet(1.0)
+    assert dog.check(5.9) is None
+    assert dog.check(6.0) is Trigger.QUIESCENT
+    assert "every thread blocked on the tree for 5.0s" in dog.reason(Trigger.QUIESCENT, 6.0)
+    dog.quiet(None)
+    assert dog.check(29.0) is None and dog.check(30.0) is Trigger.STARTUP
+    off = Watchdog(Limits(wall_s=60, startup_s=30, stall_s=30, quiescent_s=0), started_at=0.0)
+    off.quiet(0.0)
+    assert off.check(29.0) is None
+    walled = Watchdog(Limits(wall_s=3, startup_s=30, stall_s=30, quiescent_s=1), started_at=0.0)
+    walled.quiet(0.0)
+    assert walled.check(3.0) is Trigger.WALL  # wall wins
+    assert Limits(1, 2, 3).quiescent_s == 5.0 and "quiescence off" in off.limits.describe()
+
+
+def test_classify_quiescent_is_a_deadlock() -> None:
+    samples = SampleSet([], [], [], {}, [], 0.0)
+    samples.waits = [ThreadWait(10, 10, "tree", "futex wait, no timeout (FUTEX_WAIT)")]
+    reason = "every thread blocked on the tree for 5.1s (no CPU, no output)"
+    v = classify(Trigger.QUIESCENT, reason, None, False, samples, [], load_signatures())
+    assert (v.kind, v.mechanism, v.exit_code) == ("hang", "deadlock", 2)
+    assert v.evidence[0] == reason
+    assert "waits on the tree: futex wait" in v.evidence[1]
+    v = classify(Trigger.QUIESCENT, reason, None, False, None, [], load_signatures())
+    assert (v.mechanism, v.summary) == ("deadlock", "hang (deadlock): " + reason)
+
+
+# ---------------------------------------------------------------- the watch loop
+
+
+def test_watch_loop_bounds_its_memory() -> None:
+    loop = WatchLoop(2**22 + 12345, 0.0)  # no such process: empty snapshots, cheap
+    for i in range(2000):
+        loop.take(now=i * 0.25)
+    assert len(loop.recent) <= 24 and len(loop.history) <= TIMELINE_POINTS
+    timeline = loop.timeline()
+    assert timeline[0].t == 0.0 and timeline[-1].t == 1999 * 0.25
+    assert len(timeline) <= TIMELINE_POINTS + 24
+
+
+def test_watch_loop_sees_births_and_exit_statuses() -> None:
+    code = (
+        "import os, time\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(3)\n"
+        "time.sleep(1.0)\n"  # the child stays a zombie meanwhile
+        "os.waitpid(pid, 0)\n"
+    )
+    root = subprocess.Popen([sys.executable, "-c", code])
+    start = time.monotonic()
+    loop = WatchLoop(root.pid, start)
+    try:
+        while root.poll() is None and time.monotonic() - start < 10:
+            loop.tick(time.monotonic())
+            time.sleep(0.05)
+        loop.root_exited(root.wait(), time.monotonic())
+    finally:
+        loop.close()
+    events = [(e.event, e.pid, e.status) for e in loop.events]
+    assert events[0] == ("start", root.pid, "")
+    child = [e for e in loop.events if e.pid != root.pid]
+    assert [(e.event, e.status) for e in child] == [("start", ""), ("exit", "exited 3")]
+    assert events[-1] == ("exit", root.pid, "exited 0")
+    assert describe_status(9) == "killed by SIGKILL"
+
+
+def test_watch_loop_on_a_deadlocked_tree(c_program: Callable[[str], Path]) -> None:
+    root = subprocess.Popen([c_program("fork_deadlock")], stdout=subprocess.DEVNULL)
+    start = time.monotonic()
+    loop = WatchLoop(root.pid, start)
+    try:
+        while loop.quiet_since is None or time.monotonic() - loop.quiet_since < 1.0:
+            assert time.monotonic() - start < 20, [w.what for w, _ in loop._waits]
+            loop.tick(time.monotonic())
+            time.sleep(0.05)
+        assert loop.confirm() is None
+        samples = SampleSet([], [], [], {}, [], 0.0)
+        loop.annotate(samples)
+        worker = next(e.pid for e in loop.events if e.pid != root.pid)
+        os.kill(worker, signal.SIGKILL)  # the tree moves: the parent's wait4 returns
+        root.wait(timeout=10)
+        assert loop.confirm() is not None
+    finally:
+        root.kill()
+        root.wait()
+        loop.close()
+    whats = sorted(w.what for w in samples.waits)
+    assert any(w.startswith("wait4 for child") for w in whats), whats
+    assert all(w.kind == "tree" for w in samples.waits)
+    assert samples.timeline[-1].quiet and samples.watch is not None
+    assert samples.watch.quiescence.startswith("on")
+
+
+# ---------------------------------------------------------------- real programs
+
+
+def watch(tmp_path: Path, *cmd: str, quiescent: str = "2"):  # type: ignore[no-untyped-def]
+    opts = [*WINDOWS, "--quiescent", quiescent]
+    return harness("watch", *opts, "--", *cmd, report_root=tmp_path / "reports")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("program", ["mutex_deadlock", "fork_deadlock", "pipe_deadlock"])
+def test_deadlocks_get_an_early_verdict(
+    tmp_path: Path, c_program: Callable[[str], Path], program: str
+) -> None:
+    res = watch(tmp_path, str(c_program(program)))
+    report = res.report
+    v = report["verdict"]
+    assert res.code == 2, res.stderr
+    assert (report["trigger"], v["kind"], v["mechanism"]) == ("quiescent", "hang", "deadlock")
+    assert "every thread blocked on the tree for" in v["evidence"][0]
+    assert report["timings"]["run_s"] < 2 + 10  # the quiescence window and a margin
+    assert res.elapsed < 60  # well before the startup window
+    assert tree_is_gone(report["exit"]["pid"])
+    samples = report["samples"]
+    assert samples["timeline"] and samples["timeline"][-1]["quiet"]
+    assert samples["events"][0]["event"] == "start"
+    assert all(w["kind"] in ("tree", "done") for w in samples["waits"])
+    if program != "mutex_deadlock":
+        assert len({e["pid"] for e in samples["events"]}) == 2  # parent and child
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("program", "seconds"), [("sleepers", 10), ("pipe_late_writer", 8), ("condvar_timer", 8)]
+)
+def test_programs_that_only_wait_for_a_while_pass(
+    tmp_path: Path, c_program: Callable[[str], Path], program: str, seconds: int
+) -> None:
+    res = watch(tmp_path, str(c_program(program)), str(seconds))
+    report = res.report
+    verdict = report["verdict"]
+    assert (res.code, report["trigger"], verdict["kind"]) == (0, "exit", "pass"), verdict
+    assert report["timings"]["run_s"] >= seconds
+
+
+@pytest.mark.timeout(120)
+def test_quiescent_zero_turns_it_off(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
+    opts = ["--startup", "4", "--stall", "4", "--quiescent", "0"]
+    res = harness("watch", *opts, "--", str(c_program("fork_deadlock")), report_root=tmp_path / "r")
+    assert (res.code, res.report["trigger"]) == (2, "stall")  # it printed one line
+    assert res.report["limits"]["quiescent_s"] == 0
+    assert res.report["samples"]["watch"]["quiescence"] == "off (--quiescent 0)"
+
+
+def test_negative_quiescent_is_a_usage_error(tmp_path: Path) -> None:
+    res = harness("watch", "--quiescent", "-1", "--", "true", report_root=tmp_path)
+    assert res.code == 5 and "--quiescent" in res.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_stock_replica_early_verdict_in_env_start(
+    tmp_path: Path, cache_env: dict[str, str], libgomp_fork_hazard: str
+) -> None:
+    harness("build", "breakout", report_root=tmp_path, env=cache_env)
+    res = harness("run", "breakout", *WINDOWS, report_root=tmp_path / "r", env=cache_env)
+    report = res.report
+    v = report["verdict"]
+    assert res.code == 2, res.stdout + res.stderr
+    assert (report["trigger"], v["mechanism"], v["location"]) == (
+        "quiescent",
+        "deadlock",
+        "env_start",
+    )
+    assert report["timings"]["run_s"] < 5 + 10  # default window (5 s) and a margin, not 60
+    waits = report["samples"]["waits"]
+    assert any(w["what"].startswith("wait4 for child") for w in waits), waits
+    assert tree_is_gone(report["exit"]["pid"])
