@@ -109,6 +109,13 @@ def test_run_with_an_extending_pin_and_the_shipped_scenario(
     assert report["pin"]["name"] == "my-fork"
     assert report["verdict"]["kind"] == "hang"
     assert report["verdict"]["location"] == "env_start"
+    # blame of the hang line in the fork's history: the commit that put the pragma there
+    blame = report["verdict"]["blame"]
+    assert blame is not None, report["verdict"]["blame_skipped"]
+    assert blame["file"] == "src/vecenv.h"
+    assert blame["pragma_introduced"]["subject"] == "compact everything"
+    assert blame["pragma_introduced"]["sha"] == h.first_bad
+    assert blame["pragma_introduced"]["how_found"] == "log -S"
 
 
 @pytest.mark.slow

@@ -23,9 +23,17 @@ from harness.sampling.model import Frame, ProcessSample, SampleSet, ThreadStack
 CONFIDENCE = ("high", "medium", "low")
 OPENMP_MODULES = re.compile(r"lib(gomp|omp|iomp5)\.so")
 WAIT_FUNCTIONS = re.compile(
-    r"_*(recv\w*|read|poll|ppoll|select|pselect\d*|epoll_wait|wait4|waitpid|waitid)"
+    r"(recv\w*|read|poll|ppoll|select|pselect\d*|epoll_wait|wait4|waitpid|waitid)"
     r"|(\w+\.)?(recv|_recv|_recv_bytes|poll|wait|get|_poll)"
 )
+# glibc's internal names of the same calls: __GI___libc_read, __libc_recv, __poll …
+_GLIBC_PREFIX = re.compile(r"^(__GI_)?_*(libc_)?")
+
+
+def _waits(function: str) -> bool:
+    return bool(WAIT_FUNCTIONS.fullmatch(_GLIBC_PREFIX.sub("", function)))
+
+
 SHUTDOWN_FUNCTIONS = re.compile(
     r"(_shutdown|_*pthread_join.*|__libc_start_call_main|exit|_*run_exit_handlers)"
 )
@@ -96,7 +104,9 @@ def _uses(frames: Iterable[Frame], pattern: re.Pattern[str]) -> str | None:
 
 
 def _top(frames: Sequence[Frame], skip: re.Pattern[str] | None = None) -> str:
-    for f in frames:
+    """The innermost own frame (the program's code), else the innermost named one."""
+    own = [f for f in frames if f.own]
+    for f in own or frames:
         if f.function != "??" and not (skip and skip.fullmatch(f.function)):
             where = f" ({f.file.rsplit('/', 1)[-1]}:{f.line})" if f.file and f.line else ""
             return f"{f.function}{where}"
@@ -165,38 +175,49 @@ def detect_lock_cycle(facts: Facts, params: Mapping[str, Any]) -> list[Match]:
     if s is None:
         return []
     out: list[Match] = []
-    for cycle in getattr(s, "lock_cycles", []) or []:
+    for cycle in s.lock_cycles:
         links = [
-            f"{link['name']} (tid {link['tid']}) waits for mutex {link['mutex']} held by "
-            f"{link['owner_name']} (tid {link['owner']})"
-            for link in cycle["links"]
+            f"{link.name} (tid {link.tid}) waits for mutex {link.mutex} held by "
+            f"{link.owner_name} (tid {link.owner})"
+            for link in cycle.links
         ]
-        out.append({"pid": cycle["pid"], "cycle": "; ".join(links), "evidence": links})
+        out.append({"pid": cycle.pid, "cycle": "; ".join(links), "evidence": links})
     return out
 
 
+_PY_ACQUIRE = re.compile(r"PyThread_acquire_lock\w*|acquire_timed|lock_PyThread_acquire_lock")
+
+
 def detect_python_locks(facts: Facts, params: Mapping[str, Any]) -> list[Match]:
+    """Python threads blocked acquiring a lock in the program's own code (their native
+    stack is in CPython's lock acquire, their Python stack's innermost frame is own code,
+    not threading.py's join or Condition.wait)."""
     s = facts.samples
     if s is None:
         return []
     out: list[Match] = []
-    by_pid: dict[int, list[ThreadStack]] = {}
-    for st in s.stacks:
-        if (
-            st.python
+    for pid in sorted({st.pid for st in s.stacks if st.python}):
+        acquiring = {
+            st.tid
+            for st in _stacks_of(s, pid, native_only=True)
+            if any(_PY_ACQUIRE.fullmatch(f.function) for f in st.frames[:8])
+        }
+        waiting = [
+            st
+            for st in s.stacks
+            if st.pid == pid
+            and st.python
+            and st.tid in acquiring
             and st.frames
-            and re.fullmatch(r"(\w+\.)?(acquire|__enter__)", st.frames[0].function)
-        ):
-            by_pid.setdefault(st.pid, []).append(st)
-    for pid, waiting in by_pid.items():
+            and st.frames[0].own
+        ]
         if len(waiting) < 2:
             continue
-        funcs = sorted({_top(st.frames[1:]) for st in waiting})
         out.append(
             {
                 "pid": pid,
                 "threads": ", ".join(f"{st.name} (tid {st.tid})" for st in waiting),
-                "functions": ", ".join(funcs),
+                "functions": ", ".join(_top(st.frames) for st in waiting),
                 "evidence": [f"tid {st.tid} {st.name}: {_stack_line(st)}" for st in waiting],
             }
         )
@@ -216,13 +237,11 @@ def detect_dead_worker(facts: Facts, params: Mapping[str, Any]) -> list[Match]:
         if parent is None:
             continue
         waits = [
-            st
-            for st in _stacks_of(s, parent.pid)
-            if any(WAIT_FUNCTIONS.fullmatch(f.function) for f in st.frames[:6])
+            st for st in _stacks_of(s, parent.pid) if any(_waits(f.function) for f in st.frames[:6])
         ]
         if not waits:
             continue
-        where = next(f.function for f in waits[0].frames if WAIT_FUNCTIONS.fullmatch(f.function))
+        where = next(f.function for f in waits[0].frames if _waits(f.function))
         out.append(
             {
                 "pid": e.pid,
@@ -253,7 +272,12 @@ def detect_exit_blocked(facts: Facts, params: Mapping[str, Any]) -> list[Match]:
         main_done = proc.status == "zombie" or any(
             any(SHUTDOWN_FUNCTIONS.fullmatch(f.function) for f in st.frames[:8]) for st in main
         )
-        others = [st for st in stacks if st.tid != proc.pid]
+        # one stack per thread: the Python one where py-spy gave it
+        by_tid: dict[int, ThreadStack] = {}
+        for st in stacks:
+            if st.tid != proc.pid and (st.tid not in by_tid or st.python):
+                by_tid[st.tid] = st
+        others = list(by_tid.values())
         if not main_done or not others:
             continue
         where = "exited" if proc.status == "zombie" or not main else _top(main[0].frames)
@@ -418,7 +442,10 @@ def diagnose(facts: Facts, rules: Sequence[Rule]) -> list[Cause]:
             if (rule.id, sentence) in seen:
                 continue
             seen.add((rule.id, sentence))
-            remedies = [r.format_map(values) for r in rule.remedies]
+            # a remedy that runs the fix needs a fix to run (a watched command has none)
+            remedies = [
+                r.format_map(values) for r in rule.remedies if compare or "{compare}" not in r
+            ]
             causes.append(
                 Cause(rule.id, sentence, rule.confidence, evidence, [r for r in remedies if r])
             )

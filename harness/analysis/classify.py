@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from harness import outcome
+from harness.analysis.causes import Cause
 from harness.config.signatures import Signatures
 from harness.execute.watchdog import Trigger
 from harness.sampling.model import Frame, SampleSet, ThreadStack
+from harness.source.blame import HangBlame
 
 BUSY_FRACTION = 0.5  # a thread using at least half a core between snapshots is busy
 # ... and so is one that was runnable (R) in every snapshot and got CPU: on a loaded machine
@@ -47,6 +49,13 @@ class Verdict:
     runtime: list[str] = field(default_factory=list)  # runtime pattern names under the location
     evidence: list[str] = field(default_factory=list)
     exit_code: int = outcome.PASS
+    # why, and what to try (analysis/causes.py), most confident first
+    causes: list[Cause] = field(default_factory=list)
+    # the commit behind the located line (and its OpenMP pragma), in a git checkout
+    blame: HangBlame | None = None
+    blame_skipped: str = ""  # why there is no blame, when a hang was located
+    # who waits for whom: "pid 100 waits for child pid 101, which is blocked in env_start"
+    waits_for: str = ""
 
 
 # ---------------------------------------------------------------- stacks
@@ -267,6 +276,26 @@ def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> V
     )
 
 
+def classify_quiescent(samples: SampleSet | None, reason: str, sigs: Signatures) -> Verdict:
+    """Every thread blocked on the tree for the quiescence window (docs/quiescence.md): a
+    deadlock, located by the stacks; "exit-blocked" is kept when the stacks say so (a
+    deadlock at exit), and nothing that ran can be a spin."""
+    verdict = classify_hang(samples, reason, sigs)
+    if verdict.mechanism not in ("deadlock", "exit-blocked"):
+        old = verdict.mechanism
+        verdict.mechanism = "deadlock"
+        verdict.summary = (
+            verdict.summary.replace(f"hang ({old})", "hang (deadlock)", 1)
+            if old
+            else "hang (deadlock): " + reason
+        )
+    waits = [w for w in samples.waits if w.kind == "tree"] if samples is not None else []
+    verdict.evidence[1:1] = [
+        f"pid {w.pid} tid {w.tid} waits on the tree: {w.what}" for w in waits[:12]
+    ]
+    return verdict
+
+
 # ---------------------------------------------------------------- exits
 
 
@@ -327,6 +356,8 @@ def classify(
         return classify_exit(returncode, tail, sigs)
     if trigger is Trigger.INTERRUPT:  # the caller sets exit_code to 128 + the signal
         return Verdict("interrupted", f"interrupted: {reason}", evidence=[reason])
+    if trigger is Trigger.QUIESCENT:
+        return classify_quiescent(samples, reason, sigs)
     if trigger is Trigger.WALL and progressing:
         return Verdict(
             "timeout-progressing",
@@ -335,3 +366,16 @@ def classify(
             exit_code=outcome.TIMEOUT_PROGRESSING,
         )
     return classify_hang(samples, reason, sigs)
+
+
+def located_frame(verdict: Verdict, samples: SampleSet | None) -> tuple[ThreadStack, Frame] | None:
+    """The stack and the own frame the verdict's location names, with a file and line
+    (OpenMP outlined copies such as env_start._omp_fn.0 count as the function)."""
+    if not verdict.location or samples is None:
+        return None
+    for stack in samples.stacks:
+        for frame in stack.frames:
+            name = frame.function.split("._omp_fn", 1)[0]
+            if frame.own and name == verdict.location and frame.file and frame.line:
+                return stack, frame
+    return None

@@ -4,11 +4,12 @@ its report, which is finished on every exit path (`finishing`)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness import dashboard
@@ -21,6 +22,9 @@ from harness.errors import HarnessError, Interrupted
 from harness.execute import runner
 from harness.execute.watchdog import Limits
 from harness.outcome import BUILD_FAILED, USAGE, interrupted_code
+from harness.pipeline.diagnose import diagnose
+from harness.pipeline.epochs import check_whole_epochs
+from harness.pipeline.evidence import save_build_evidence, save_endlog_evidence
 from harness.pipeline.options import RunOptions, WatchOptions
 from harness.pipeline.stages import (
     build_failed_verdict,
@@ -30,6 +34,8 @@ from harness.pipeline.stages import (
 )
 from harness.report import store
 from harness.report.model import (
+    CONFIG_EVIDENCE,
+    RUN_EVIDENCE,
     Cleanup,
     CommandInfo,
     ExitInfo,
@@ -37,7 +43,10 @@ from harness.report.model import (
     Progress,
     Report,
     VariantInfo,
+    plain,
 )
+
+BUILD_LOG_TAIL = 64 * 1024  # the end of the build log kept in the report
 
 
 def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: Signatures) -> None:
@@ -93,17 +102,25 @@ def run_env(opts: RunOptions) -> tuple[Report, int]:
     pin = load_pin(opts.pin or default_pin(opts.checkout))
     settings = scenario.settings(pin.lineage)
     check_env(pin, settings.upstream_env)
+    if opts.steps is not None:
+        check_whole_epochs(opts, scenario, pin, settings, opts.steps)
     run_id = store.new_run_id(f"{scenario.env}-{opts.variant}")
-    report = Report(run_id, opts.report_dir / run_id, list(opts.harness_argv), "run")
+    report = Report(run_id, opts.report_dir / run_id, list(opts.harness_argv), "run").claim()
     report.env = scenario.env
     report.limits = limits_for(opts, settings)
     report.variant = VariantInfo(opts.variant)
     report.pin = PinInfo(
         name=pin.name,
         file=str(pin.file),
+        lineage=list(pin.lineage),
         source=vars(pin.source),
         variants=dict(pin.variants),
     )
+    # the pin (after `extends`) and the scenario as used: `harness check` reads these
+    store.write_evidence(
+        report, "pin", "pin.json", json.dumps(plain(pin.raw), indent=2, default=str) + "\n"
+    )
+    store.copy_evidence(report, "scenario", scenario.file, "scenario.toml")
     store.save(report, "pin")
     with finishing(report):
         return _run_env_stages(opts, scenario, pin, settings, report)
@@ -156,6 +173,8 @@ def _run_env_stages(
     ).result
     report.build = built
     report.timings.build_s = built.duration_s
+    config_files = settings.config_files or pin.config_files
+    save_build_evidence(report, built.tree, built.log_path, config_files, settings.upstream_env)
     if not built.ok:
         report.verdict = build_failed_verdict(built)
         store.finish(report)
@@ -187,6 +206,8 @@ def _run_env_stages(
         echo=sys.stderr if opts.tee else None,
     )
     _record_outcome(report, outcome, sigs)
+    diagnose(report, pin, opts.checkout, opts.commit)
+    save_endlog_evidence(report, run_dir, settings.upstream_env, outcome.started_at)
     store.save(report, "check")
     verdict = report.verdict
     assert verdict is not None
@@ -195,20 +216,23 @@ def _run_env_stages(
         # a hang, crash or error exit is the finding; its checks would only repeat it
         report.notes.append(f"checks not evaluated: the run ended in {verdict.kind}")
     elif interrupted is None:
+        # read from the report's own copies (evidence/): `harness check` on this report,
+        # here or on another machine, reads the same files and gets the same results
         report.checks, config_source = checksmod.run_checks(
             checksmod.CheckInputs(
                 checks=scenario.checks,
                 pin=pin.lineage,
                 frames=[f for f in outcome.frames if f.complete],
-                tree=built.tree,
-                run_dir=run_dir,
+                tree=report.artifact(CONFIG_EVIDENCE),
+                run_dir=report.artifact(RUN_EVIDENCE),
                 env=settings.upstream_env,
                 argv=argv,
-                config_files=settings.config_files or pin.config_files,
-                started_at=outcome.started_at,
+                config_files=config_files,
+                started_at=0.0,  # evidence/run holds this run's end-of-run log only
                 steps=steps,
             )
         )
+        config_source = config_source.replace(f"{report.directory}/", "")
         report.notes.append(f"config for checks read from {config_source}")
         checksmod.apply_to_verdict(verdict, report.checks)
     store.finish(report, "interrupted" if interrupted else "complete")
@@ -226,8 +250,8 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
     if shutil.which(exe, path=os.environ.get("PATH")) is None and not Path(opts.cwd, exe).exists():
         raise HarnessError(f"command not found: {exe}", USAGE)
     run_id = store.new_run_id(f"watch-{Path(exe).name}")
-    report = Report(run_id, opts.report_dir / run_id, list(opts.harness_argv), "watch")
-    limits = Limits(opts.timeout_s, opts.startup_s, opts.stall_s)
+    report = Report(run_id, opts.report_dir / run_id, list(opts.harness_argv), "watch").claim()
+    limits = Limits(opts.timeout_s, opts.startup_s, opts.stall_s, opts.quiescent_s)
     report.limits = limits
     report.command = CommandInfo(
         argv=list(opts.argv), cwd=str(opts.cwd), env=dict(opts.trainer_env), parser=opts.parser
@@ -245,12 +269,9 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
             spec, limits, opts.sampling, echo=sys.stderr if opts.tee else None
         )
     _record_outcome(report, outcome, load_signatures())
+    diagnose(report, None)
     interrupted = _interrupted_code(outcome)
     store.finish(report, "interrupted" if interrupted else "complete")
     verdict = report.verdict
     assert verdict is not None
     return report, interrupted if interrupted is not None else verdict.exit_code
-
-
-def parse_trainer_env(items: Sequence[str]) -> dict[str, str]:
-    return runner.split_assignments(items, "--env")

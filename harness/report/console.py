@@ -11,6 +11,7 @@ from rich.table import Table
 
 from harness import outcome
 from harness.report.model import Report
+from harness.source.blame import HangBlame
 
 
 def next_step(r: Report, kind: str) -> str:
@@ -18,6 +19,12 @@ def next_step(r: Report, kind: str) -> str:
     exist (a --no-sample hang has no stacks.txt)."""
     where = r.directory
     stacks = where / "stacks.txt"
+    v = r.verdict
+    tries = [x for c in (v.causes if v else [])[:1] for x in c.remedies if "harness " in x]
+    if tries:
+        command = tries[0][tries[0].index("harness ") :]
+        look = f"stacks: {stacks}; " if stacks.exists() else ""
+        return f"{look}{command}"
     has_stacks = stacks.exists()
     if kind == "hang" and r.pin and "fixed" in r.pin.variants:
         spec = r.variant.spec if r.variant else "stock"
@@ -52,12 +59,35 @@ def trigger_text(r: Report) -> str:
     text = f"{r.trigger} after {run_s - sampling:.1f}s"
     window = None
     if r.limits is not None:
-        window = {"startup": r.limits.startup_s, "stall": r.limits.stall_s, "wall": r.limits.wall_s}
+        window = {
+            "startup": r.limits.startup_s,
+            "stall": r.limits.stall_s,
+            "wall": r.limits.wall_s,
+            "quiescent": r.limits.quiescent_s,
+        }
         window_s = window.get(r.trigger or "")
         text += f" ({r.trigger} window {window_s:g}s)" if window_s is not None else ""
     if sampling:
         text += f"; sampling {sampling:.1f}s"
     return text
+
+
+def blame_text(b: HangBlame) -> str:
+    """`vecenv.h:190 last changed in <sha> "<subject>" (<author>, <date>)`, and the pragma's."""
+    parts = []
+    if b.commit is not None:
+        c = b.commit
+        parts.append(
+            f'{b.file}:{b.line} last changed in {c.short} "{c.subject}" ({c.author}, {c.date})'
+        )
+    elif b.reason:
+        parts.append(f"{b.file}:{b.line}: {b.reason}")
+    if b.pragma_introduced is not None:
+        c = b.pragma_introduced
+        parts.append(
+            f'its pragma came in {c.short} "{c.subject}" ({c.author}, {c.date}; {c.how_found})'
+        )
+    return "; ".join(parts)
 
 
 def short(x: float) -> str:
@@ -83,6 +113,18 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
             table.add_row("location", escape(v.location))
         if v.location_frames:
             table.add_row("frames", escape(" → ".join(v.location_frames[-6:])))
+        if v.waits_for:
+            table.add_row("waits", escape(v.waits_for))
+        if v.causes:
+            top = v.causes[0]
+            table.add_row(
+                "cause", f"[bold]{escape(top.id)}[/] ({top.confidence}): {escape(top.sentence)}"
+            )
+            more = len(v.causes) - 1
+            if more:
+                table.add_row("", f"... {more} more cause(s) in report.md")
+        if v.blame is not None:
+            table.add_row("blame", escape(blame_text(v.blame)))
     if r.pin:
         table.add_row("pin", f"{r.pin.name} ({r.pin.verification_status or '-'})")
     if r.variant:

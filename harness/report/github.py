@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from harness import outcome
+from harness.analysis.classify import located_frame
 from harness.report import markdown
 from harness.report.model import Report
 
@@ -56,21 +57,20 @@ def located_line(r: Report, environ: Mapping[str, str] | None = None) -> tuple[s
     v = r.verdict
     if v is None or not v.location or r.samples is None:
         return None
-    for stack in r.samples.stacks:
-        for frame in stack.frames:
-            name = frame.function.split("._omp_fn", 1)[0]
-            if not (frame.own and name == v.location and frame.file and frame.line):
-                continue
-            path = Path(frame.file)
-            if r.build is not None and path.is_relative_to(r.build.tree):
-                root = _source_root(r, env)
-                rel = path.relative_to(r.build.tree)
-                path = root / rel if root is not None else rel
-            workspace = Path(env.get("GITHUB_WORKSPACE") or Path.cwd()).resolve()
-            if path.is_absolute() and path.is_relative_to(workspace):
-                path = path.relative_to(workspace)
-            return str(path), frame.line
-    return None
+    found = located_frame(v, r.samples)
+    if found is None:
+        return None
+    frame = found[1]
+    assert frame.file is not None and frame.line is not None
+    path = Path(frame.file)
+    if r.build is not None and path.is_relative_to(r.build.tree):
+        root = _source_root(r, env)
+        rel = path.relative_to(r.build.tree)
+        path = root / rel if root is not None else rel
+    workspace = Path(env.get("GITHUB_WORKSPACE") or Path.cwd()).resolve()
+    if path.is_absolute() and path.is_relative_to(workspace):
+        path = path.relative_to(workspace)
+    return str(path), frame.line
 
 
 def workflow_commands(r: Report, environ: Mapping[str, str] | None = None) -> list[str]:

@@ -60,6 +60,30 @@ def render_report(r: Report) -> str:
             lines.append(f"- location: `{v.location}`")
         if v.location_frames:
             lines.append(f"- frames: `{' → '.join(v.location_frames)}`")
+        if v.waits_for:
+            lines.append(f"- waits: {v.waits_for}")
+        if v.causes:
+            lines += ["", "## Causes", ""]
+            for c in v.causes:
+                lines += [f"### {c.id} ({c.confidence})", "", c.sentence, ""]
+                lines += [f"- evidence: {e}" for e in c.evidence]
+                lines += [f"- try: {x}" for x in c.remedies]
+                lines.append("")
+        if v.blame is not None or v.blame_skipped:
+            lines += ["", "## Blame", ""]
+            hb = v.blame
+            for label, lc in (
+                ("line", hb.commit if hb else None),
+                ("pragma introduced", hb.pragma_introduced if hb else None),
+            ):
+                if lc is not None:
+                    lines.append(
+                        f'- {label}: `{lc.file}:{lc.line}` {lc.short} "{lc.subject}" '
+                        f"({lc.author}, {lc.date}; {lc.how_found})"
+                    )
+            reason = hb.reason if hb is not None else v.blame_skipped
+            if reason:
+                lines.append(f"- {reason}")
         lines += ["", "## Evidence", ""] + [f"- {e}" for e in v.evidence] + [""]
     limits = r.limits
     rows: list[tuple[str, object]] = [

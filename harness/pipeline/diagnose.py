@@ -1,0 +1,103 @@
+"""After the verdict: why (cause rules over the evidence, analysis/causes.py) and, for a
+hang located on a source line of a git checkout, the commit behind that line and behind the
+OpenMP pragma above it (source/blame.py)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from harness.analysis import causes as causesmod
+from harness.analysis.classify import located_frame
+from harness.config.pin import Pin
+from harness.errors import HarnessError
+from harness.report.model import Report
+from harness.source import blame as blamemod
+from harness.source.git import locate_checkout
+
+FIXES = ("omp-free", "fixed")  # variants that test the reported fix, when the pin has them
+
+
+def diagnose(
+    report: Report, pin: Pin | None, checkout: Path | None = None, commit: str | None = None
+) -> None:
+    v = report.verdict
+    if v is None:
+        return
+    own = pin.raw.get("causes", []) if pin is not None else []
+    fixes: tuple[str, ...] = ()
+    if pin is not None:
+        openmp = any(s.name in ("env_start", "vec_thread_main") for s in pin.signatures)
+        fixes = tuple(f for f in FIXES if f in pin.variants or (f == "omp-free" and openmp))
+    facts = causesmod.Facts(
+        kind=v.kind,
+        mechanism=v.mechanism,
+        location=v.location,
+        samples=report.samples,
+        output_tail=report.progress.output_tail,
+        env=report.env,
+        variant=report.variant.spec if report.variant else "stock",
+        fixes=fixes,
+        report_dir=report.directory,
+    )
+    v.causes = causesmod.diagnose(facts, causesmod.load_rules(own))
+    v.waits_for = _waits_for(report)
+    if v.kind == "hang" and v.location:
+        _blame(report, pin, checkout, commit)
+
+
+_CHILD = re.compile(r"wait4 for child (\d+)")
+
+
+def _waits_for(report: Report) -> str:
+    """Who waits for whom along the tree, ending at the located (stuck) process."""
+    v, s = report.verdict, report.samples
+    if v is None or s is None or v.kind != "hang":
+        return ""
+    waits = {w.pid: int(m[1]) for w in s.waits if w.tid == w.pid and (m := _CHILD.search(w.what))}
+    found = located_frame(v, s)
+    stuck = found[0].pid if found is not None else None
+    if not waits:
+        return ""
+    parts = []
+    pid = next((p for p in waits if p not in waits.values()), next(iter(waits)))
+    seen = set()
+    while pid in waits and pid not in seen:
+        seen.add(pid)
+        child = waits[pid]
+        parts.append(f"pid {pid} waits for child pid {child}")
+        pid = child
+    tail = f", which is blocked in {v.location}" if stuck == pid and v.location else ""
+    return ", ".join(parts) + tail
+
+
+def _blame(report: Report, pin: Pin | None, checkout: Path | None, commit: str | None) -> None:
+    v = report.verdict
+    assert v is not None
+    found = located_frame(v, report.samples)
+    if found is None:
+        v.blame_skipped = "the located frame has no source file and line"
+        return
+    frame = found[1]
+    if pin is None or pin.source.kind != "git":
+        kind = pin.source.kind if pin is not None else "a watched command"
+        v.blame_skipped = f"the source is {kind}, not a git checkout: no history to blame"
+        return
+    assert frame.file is not None and frame.line is not None
+    path = Path(frame.file)
+    if report.build is None:
+        v.blame_skipped = "no build tree to map the frame's file to the checkout"
+        return
+    tree = report.build.tree
+    if path.is_absolute() and not path.is_relative_to(tree):
+        v.blame_skipped = f"{frame.file} is not a file of the build tree"
+        return
+    # DWARF names files as the compiler saw them: absolute, or relative to the build tree
+    rel = path.relative_to(tree) if path.is_absolute() else path
+    try:
+        root = locate_checkout(pin, checkout)
+        v.blame = blamemod.blame_hang(
+            root, rel, frame.line, function=v.location, rev=commit or "HEAD"
+        )
+    except HarnessError as exc:
+        v.blame_skipped = exc.message
