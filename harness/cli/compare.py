@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from harness import outcome
@@ -14,6 +15,7 @@ from harness.files import atomic_write
 from harness.outcome import USAGE
 from harness.pipeline.compare import compare_variants
 from harness.report import github, markdown, store
+from harness.report.html import IndexRow, relative_link, render_index
 
 NAME = "compare"
 
@@ -75,6 +77,18 @@ def command(args: argparse.Namespace) -> int:
         "\n".join([f"# compare {args.env}", "", why, "", *table, "", "Reports:", "", *reports])
         + "\n",
     )
+    index = [
+        IndexRow(
+            kind=r.kind,
+            location=r.location,
+            variant=r.variant,
+            mechanism=r.mechanism,
+            summary=r.reason,
+            href=relative_link(Path(r.report_dir) / "report.html", out) if r.report_dir else None,
+        )
+        for r in rows
+    ]
+    atomic_write(out / "index.html", render_index(f"harness compare {args.env}: {why}", index))
     github.publish_table(
         f"harness compare {args.env}",
         ("variant", "verdict", "location", "why", "report"),

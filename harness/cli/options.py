@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from harness.execute.runner import SampleOptions, split_assignments
+from harness.execute.watchdog import DEFAULT_QUIESCENT_S
 from harness.outcome import USAGE
 from harness.pipeline.options import RunOptions
+from harness.report.live import LiveProgress
 
 
 class Parser(argparse.ArgumentParser):
@@ -47,6 +49,17 @@ def positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
+def non_negative_seconds(text: str) -> float:
+    """A finite number of seconds, 0 or more (0 turns the limit off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text}")
     return value
 
 
@@ -94,6 +107,14 @@ def add_limit_options(p: argparse.ArgumentParser, per: str = "") -> None:
         "--startup", type=positive_seconds, help="seconds allowed before the first progress"
     )
     p.add_argument("--stall", type=positive_seconds, help="seconds allowed without new progress")
+    p.add_argument(
+        "--quiescent",
+        type=non_negative_seconds,
+        metavar="SECONDS",
+        help="hang (deadlock) as soon as every thread has been blocked on the tree, with no "
+        f"CPU and no output, for this long (default {DEFAULT_QUIESCENT_S:g}; 0: off; "
+        "docs/quiescence.md)",
+    )
 
 
 def add_trainer_options(
@@ -122,7 +143,7 @@ def add_sampling_options(p: argparse.ArgumentParser) -> None:
         "--native",
         choices=["auto", "gdb", "eu-stack", "none"],
         default="auto",
-        help="native stack tool (auto: gdb, else eu-stack)",
+        help="native stack tool (auto: eu-stack, else gdb)",
     )
     p.add_argument(
         "--python-stacks",
@@ -144,6 +165,24 @@ def add_report_options(p: argparse.ArgumentParser, default: Path | None = Path("
     )
 
 
+def add_progress_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--progress-every",
+        type=positive_seconds,
+        default=10.0,
+        metavar="S",
+        help="without a terminal (CI, a pipe): a progress line every S seconds and at each "
+        "phase (default 10); on a terminal one line is updated in place",
+    )
+    p.add_argument("--quiet", action="store_true", help="no live progress (stderr)")
+
+
+def progress(args: argparse.Namespace, label: str) -> LiveProgress | None:
+    if getattr(args, "quiet", False):
+        return None
+    return LiveProgress(label, every_s=getattr(args, "progress_every", 10.0))
+
+
 def add_json_option(p: argparse.ArgumentParser, what: str = "report.json") -> None:
     p.add_argument(
         "--json", action="store_true", help=f"print {what} on stdout (the summary goes to stderr)"
@@ -155,6 +194,7 @@ def add_watch_options(p: argparse.ArgumentParser, trainer_args: bool = True, per
     add_limit_options(p, per)
     add_trainer_options(p, "command" if not trainer_args else "trainer", args=trainer_args)
     add_sampling_options(p)
+    add_progress_options(p)
 
 
 def sampling(args: argparse.Namespace) -> SampleOptions:
@@ -175,6 +215,7 @@ def run_options(args: argparse.Namespace, variant: str | None = None) -> RunOpti
         timeout_s=args.timeout,
         startup_s=args.startup,
         stall_s=args.stall,
+        quiescent_s=args.quiescent,
         steps=args.steps,
         trainer_env=trainer_env(args),
         trainer_args=list(getattr(args, "trainer_args", [])),
@@ -184,4 +225,5 @@ def run_options(args: argparse.Namespace, variant: str | None = None) -> RunOpti
         sampling=sampling(args),
         tee=args.tee,
         harness_argv=list(sys.argv),
+        progress=progress(args, f"harness {args.command} {args.env}"),
     )

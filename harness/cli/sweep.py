@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -17,6 +18,7 @@ from harness.cli import options
 from harness.files import atomic_write
 from harness.pipeline.sweep import Cell, parse_knobs, run_sweep
 from harness.report import github, markdown, store
+from harness.report.html import IndexRow, relative_link, render_index
 
 NAME = "sweep"
 
@@ -97,6 +99,18 @@ def command(args: argparse.Namespace) -> int:
     atomic_write(out / "sweep.json", json.dumps(result.to_json(), indent=2) + "\n")
     lines = [f"# harness sweep: {args.env}", "", *[f"- {c}" for c in result.conclusion], ""]
     atomic_write(out / "sweep.md", "\n".join([*lines, *markdown.table(headers, rows)]) + "\n")
+    index = [
+        IndexRow(
+            kind=c.kind,
+            location=c.location,
+            variant=c.variant,
+            cell=", ".join(f"{k}={v}" for k, v in c.values.items() if k != "variant"),
+            summary=c.summary,
+            href=relative_link(Path(c.report_dir) / "report.html", out) if c.report_dir else None,
+        )
+        for c in result.cells
+    ]
+    atomic_write(out / "index.html", render_index(f"harness sweep {args.env}", index))
     github.publish_table(f"harness sweep {args.env}", headers, rows, "; ".join(result.conclusion))
     if args.json:
         print(json.dumps({**result.to_json(), "directory": str(out)}, indent=2))

@@ -58,5 +58,6 @@ def command(args: argparse.Namespace) -> int:
         sampling=options.sampling(args),
         tee=args.tee,
         harness_argv=list(sys.argv),
+        progress=options.progress(args, f"harness watch {Path(cmd[0]).name if cmd else ''}"),
     )
     return finish(watch_command(opts), args.json)

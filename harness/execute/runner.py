@@ -23,7 +23,7 @@ from harness.execute.output import OutputPump
 from harness.execute.watchdog import Limits, Trigger, Watchdog
 from harness.execute.watchloop import WatchLoop
 from harness.process import proctree, reaper
-from harness.sampling.model import SampleSet
+from harness.sampling.model import SampleSet, Snapshot
 from harness.sampling.sample import sample_tree
 
 POLL_S = 0.1
@@ -67,6 +67,9 @@ class RunOutcome:
     sampling_s: float
     cleanup: proctree.KillReport
     interrupt_signal: int | None = None
+    # output the parser skipped to keep up with a flood, and frames beyond the kept ones
+    unparsed_lines: int = 0
+    frames_total: int = 0
 
     @property
     def signal(self) -> int | None:
@@ -170,12 +173,41 @@ def _confirm(watch: WatchLoop, samples: SampleSet | None) -> str | None:
     return why
 
 
+@dataclass(frozen=True)
+class Tick:
+    """How a run is going, for live progress (about twice a second)."""
+
+    elapsed_s: float
+    window: str  # the watchdog window counting now: "startup" | "stall"
+    remaining_s: float  # seconds left in it
+    frames: int  # dashboard frames (or output lines, for the lines parser) so far
+    metrics: dict[str, float]  # the newest frame's values
+    cpu_percent: float | None  # the tree's CPU use over the last second (100 = one core)
+    phase: str = "run"  # "run" | "sampling"
+
+
+TICK_S = 0.5
+
+
+def _tree_cpu(watch: WatchLoop) -> float | None:
+    snaps = watch.recent_window(1.0)
+    if len(snaps) < 2 or snaps[-1].t <= snaps[0].t:
+        return None
+
+    def total(snap: Snapshot) -> float:
+        return sum(t.cpu_time for p in snap.processes for t in p.threads)
+
+    # threads that ended between the two looks take their CPU with them: never below 0
+    return max(0.0, (total(snaps[-1]) - total(snaps[0])) / (snaps[-1].t - snaps[0].t) * 100)
+
+
 def run_watched(
     spec: RunSpec,
     limits: Limits,
     sampling: SampleOptions,
     on_started: Callable[[int], None] | None = None,
     echo: TextIO | None = None,
+    on_tick: Callable[[Tick], None] | None = None,
 ) -> RunOutcome:
     """Run `spec` to completion or until the watchdog fires; never leaves a process behind."""
     proctree.become_subreaper()
@@ -207,6 +239,7 @@ def run_watched(
         if on_started is not None:
             on_started(proc.pid)
         output_size, output_at = 0, None
+        next_tick = start
         while True:
             now = time.monotonic()
             for t in pump.take_progress():
@@ -220,6 +253,20 @@ def run_watched(
             _remember(watch.new_pids(), seen)
             dog.quiet(watch.quiet_since)
             fired = dog.check(now)
+            if on_tick is not None and (fired is not None or now >= next_tick):
+                next_tick = now + TICK_S
+                window, left = dog.countdown(now)
+                on_tick(
+                    Tick(
+                        now - start,
+                        window,
+                        left,
+                        dog.progress_events,
+                        dict(pump.frames[-1].metrics) if pump.frames else {},
+                        _tree_cpu(watch),
+                        "sampling" if fired is not None else "run",
+                    )
+                )
             if fired is not None:
                 trigger, reason = fired, dog.reason(fired, now)
                 progressing = dog.progressing(now)
@@ -276,6 +323,8 @@ def run_watched(
         samples=samples,
         sampling_s=sampling_s,
         cleanup=cleanup,
+        unparsed_lines=pump.unparsed_lines,
+        frames_total=pump.frames_total,
     )
 
 

@@ -83,6 +83,13 @@ class Watchdog:
             return False
         return now - self.last_progress_at < self.limits.stall_s
 
+    def countdown(self, now: float) -> tuple[str, float]:
+        """The window counting now and the seconds left in it (for live progress): the
+        startup window until the first progress, then the stall window."""
+        if self.last_progress_at is None:
+            return "startup", self.limits.startup_s - (now - self.started_at)
+        return "stall", self.limits.stall_s - (now - self.last_progress_at)
+
     def reason(self, trigger: Trigger, now: float) -> str:
         elapsed = now - self.started_at
         if trigger is Trigger.STARTUP:

@@ -9,6 +9,7 @@ from typing import Any
 
 from harness.execute.runner import SampleOptions
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S
+from harness.report.live import LiveProgress
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class RunOptions:
     sampling: SampleOptions = field(default_factory=SampleOptions)
     tee: bool = False
     harness_argv: list[str] = field(default_factory=list)
+    # live progress on stderr (a terminal line, or plain lines in CI); None: silent
+    progress: LiveProgress | None = field(default=None, compare=False, repr=False)
 
     def but(self, **changes: Any) -> RunOptions:
         """A copy with some fields changed (one variant of a compare, one commit of a bisect)."""
@@ -52,6 +55,7 @@ class WatchOptions:
     sampling: SampleOptions = field(default_factory=SampleOptions)
     tee: bool = False
     harness_argv: list[str] = field(default_factory=list)
+    progress: LiveProgress | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from harness import dashboard
 from harness.analysis import checks as checksmod
-from harness.analysis import classify
+from harness.analysis import classify, endlogs
 from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import RunSettings, Scenario, load_scenario
 from harness.config.signatures import Signatures, load_signatures
@@ -33,6 +33,7 @@ from harness.pipeline.stages import (
     verify_prepare_build,
 )
 from harness.report import store
+from harness.report.live import LiveProgress
 from harness.report.model import (
     CONFIG_EVIDENCE,
     RUN_EVIDENCE,
@@ -71,7 +72,14 @@ def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: Signatures
         measured_sps=dashboard.measured_sps(complete),
         progressing_at_end=outcome.progressing_at_end,
         output_tail=outcome.output_tail[-20:],
+        unparsed_lines=outcome.unparsed_lines,
+        frames_total=outcome.frames_total,
     )
+    if outcome.unparsed_lines:
+        report.notes.append(
+            f"{outcome.unparsed_lines} output lines not parsed (the output outran the parser; "
+            "output.log has every byte)"
+        )
     report.samples = outcome.samples
     report.cleanup = Cleanup(
         killed=list(outcome.cleanup.killed),
@@ -91,6 +99,16 @@ def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: Signatures
     )
     if outcome.interrupt_signal:
         report.verdict.exit_code = interrupted_code(outcome.interrupt_signal)
+
+
+def _ticker(progress: LiveProgress | None) -> Callable[[runner.Tick], None] | None:
+    if progress is None:
+        return None
+
+    def tick(t: runner.Tick) -> None:
+        progress.update(t.elapsed_s, t.window, t.remaining_s, t.metrics, t.cpu_percent, t.phase)
+
+    return tick
 
 
 def _interrupted_code(outcome: runner.RunOutcome) -> int | None:
@@ -122,8 +140,12 @@ def run_env(opts: RunOptions) -> tuple[Report, int]:
     )
     store.copy_evidence(report, "scenario", scenario.file, "scenario.toml")
     store.save(report, "pin")
-    with finishing(report):
-        return _run_env_stages(opts, scenario, pin, settings, report)
+    try:
+        with finishing(report):
+            return _run_env_stages(opts, scenario, pin, settings, report)
+    finally:
+        if opts.progress is not None:  # the summary replaces the live line
+            opts.progress.close()
 
 
 @contextlib.contextmanager
@@ -170,6 +192,7 @@ def _run_env_stages(
         opts.allow_drift,
         report,
         commit=opts.commit,
+        progress=opts.progress,
     ).result
     report.build = built
     report.timings.build_s = built.duration_s
@@ -199,15 +222,21 @@ def _run_env_stages(
     sampling = opts.sampling
     if not sampling.own_roots:
         sampling = runner.SampleOptions(**{**vars(sampling), "own_roots": (str(built.tree),)})
+    if opts.progress is not None:
+        opts.progress.phase("run")
     outcome = runner.run_watched(
         spec,
         limits_for(opts, settings),
         sampling,
         echo=sys.stderr if opts.tee else None,
+        on_tick=_ticker(opts.progress),
     )
     _record_outcome(report, outcome, sigs)
     diagnose(report, pin, opts.checkout, opts.commit)
     save_endlog_evidence(report, run_dir, settings.upstream_env, outcome.started_at)
+    endlog = endlogs.newest_log(run_dir, settings.upstream_env, outcome.started_at)
+    if endlog is not None:
+        report.progress.final_metrics = endlogs.log_metrics(endlog)
     store.save(report, "check")
     verdict = report.verdict
     assert verdict is not None
@@ -216,6 +245,8 @@ def _run_env_stages(
         # a hang, crash or error exit is the finding; its checks would only repeat it
         report.notes.append(f"checks not evaluated: the run ended in {verdict.kind}")
     elif interrupted is None:
+        if opts.progress is not None:
+            opts.progress.phase("checks")
         # read from the report's own copies (evidence/): `harness check` on this report,
         # here or on another machine, reads the same files and gets the same results
         report.checks, config_source = checksmod.run_checks(
@@ -264,10 +295,20 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
         parser=opts.parser,
         log_path=report.artifact("output.log"),
     )
-    with finishing(report):
-        outcome = runner.run_watched(
-            spec, limits, opts.sampling, echo=sys.stderr if opts.tee else None
-        )
+    if opts.progress is not None:
+        opts.progress.phase("run")
+    try:
+        with finishing(report):
+            outcome = runner.run_watched(
+                spec,
+                limits,
+                opts.sampling,
+                echo=sys.stderr if opts.tee else None,
+                on_tick=_ticker(opts.progress),
+            )
+    finally:
+        if opts.progress is not None:
+            opts.progress.close()
     _record_outcome(report, outcome, load_signatures())
     diagnose(report, None)
     interrupted = _interrupted_code(outcome)

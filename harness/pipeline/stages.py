@@ -19,6 +19,7 @@ from harness.execute.watchdog import DEFAULT_QUIESCENT_S, Limits
 from harness.outcome import BUILD_FAILED, USAGE
 from harness.pipeline.options import RunOptions
 from harness.report import store
+from harness.report.live import LiveProgress
 from harness.report.model import Report
 from harness.source import source_for, verify_source
 from harness.source.verify import Verification
@@ -72,10 +73,13 @@ def verify_prepare_build(
     allow_drift: bool,
     report: Report | None = None,
     commit: str | None = None,
+    progress: LiveProgress | None = None,
 ) -> Built:
     """pin → verify → prepare the variant's tree → build (cached). With `commit` (bisect),
     the tree is that commit's, identified by its hash: the pin's file hashes describe one
     commit only and are not checked."""
+    if progress is not None:
+        progress.phase("verify")
     if commit is not None:
         from harness.source.git import locate_checkout
 
@@ -94,12 +98,16 @@ def verify_prepare_build(
         )
     if report is not None:
         store.save(report, "prepare")
+    if progress is not None:
+        progress.phase("prepare", variant)
     prepared, applied = prepare_tree(pin, root, variant, commit)
     if report is not None:
         if report.variant is not None:
             report.variant.steps = list(applied.steps)
             report.variant.changes = list(applied.changes)
         store.save(report, "build")
+    if progress is not None:
+        progress.phase("build", f"{pin.name} {env}")
     result = buildmod.build(prepared, pin, env, applied.build_env)
     return Built(verification, applied, result)
 

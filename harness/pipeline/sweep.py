@@ -137,7 +137,7 @@ def cells_for(knobs: Sequence[Knob], base: RunOptions) -> list[Cell]:
 
 def _harness_argv(base: RunOptions, cell: Cell, report_dir: Path) -> list[str]:
     argv = [sys.executable, "-m", "harness", "run", base.env, "--variant", cell.variant]
-    argv += ["--report-dir", str(report_dir), "--json"]
+    argv += ["--report-dir", str(report_dir), "--json", "--quiet"]  # the sweep reports cells
     for flag, value in (
         ("--pin", base.pin),
         ("--scenario", base.scenario),

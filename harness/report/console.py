@@ -131,7 +131,8 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
         table.add_row("variant", escape(r.variant.spec))
     if r.trigger:
         table.add_row("trigger", trigger_text(r))
-    last = r.progress.last_metrics
+    # the trainer's end-of-run record is exact where the dashboard rounds
+    last = {**r.progress.last_metrics, **r.progress.final_metrics}
     if last:
         trained = [f"{k} {count(last[k])}" for k in ("epoch", "agent_steps") if k in last]
         if r.progress.measured_sps:

@@ -27,7 +27,14 @@ Mode = Literal["run", "watch"]
 Status = Literal["running", "complete", "interrupted", "failed", "abandoned"]
 # the stages a run passes, in order; report.json is rewritten at each
 Stage = Literal["start", "pin", "prepare", "build", "run", "check", "done"]
-ARTIFACTS = ("output.log", "report.md", "junit.xml", "stacks.txt", "samples.json")
+ARTIFACTS = (
+    "output.log",
+    "report.md",
+    "report.html",
+    "junit.xml",
+    "stacks.txt",
+    "samples.json",
+)
 EVIDENCE_DIR = "evidence"  # what the checks read, copied into the report (docs/report-schema.md)
 # under it: the build tree's config files at their relative paths, and the run's end-of-run
 # log as the trainer's working folder held it (logs/<env>/)
@@ -131,6 +138,10 @@ class Progress:
     measured_sps: float | None = None
     progressing_at_end: bool = False
     output_tail: list[str] = field(default_factory=list)
+    unparsed_lines: int = 0  # lines not parsed because the output outran the parser
+    frames_total: int = 0  # frames parsed, including those not kept in memory
+    # the trainer's own end-of-run record (exact: the dashboard rounds 1,048,576 to 1.05M)
+    final_metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

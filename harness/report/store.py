@@ -21,7 +21,7 @@ import psutil
 from harness.errors import HarnessError
 from harness.files import atomic_write
 from harness.outcome import USAGE
-from harness.report import junit, markdown, stacks
+from harness.report import html, junit, markdown, stacks
 from harness.report.model import (
     EVIDENCE_DIR,
     Report,
@@ -60,6 +60,12 @@ def finish(report: Report, status: Status = "complete") -> None:
         )
     atomic_write(report.artifact("report.md"), markdown.render_report(report))
     atomic_write(report.artifact("junit.xml"), junit.render_junit(report))
+    try:
+        page = html.render_html(report)
+    except Exception as exc:  # a page bug must not cost the run its report.json
+        report.notes.append(f"report.html not written: {exc!r}")
+    else:
+        atomic_write(report.artifact("report.html"), page)
     save(report, "done")
 
 

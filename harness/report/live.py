@@ -1,0 +1,138 @@
+"""Live progress while a command works, so that a hang is never a silent terminal (the very
+symptom being diagnosed) and a CI log is never quiet long enough for CI's own no-output
+timeout to fire first.
+
+On a terminal: one line, redrawn in place (rich), then cleared for the final summary. Not a
+terminal (CI, a pipe): a plain line every `every_s` seconds and at every phase change. Both
+go to stderr, so `--json` keeps stdout clean; `--quiet` turns them off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+PHASES = ("verify", "prepare", "build", "run", "sampling", "checks", "report")
+PROGRESS_KEYS = ("epoch", "agent_steps", "SPS")
+
+
+@dataclass
+class Status:
+    """What the line shows; the runner's Tick fills the run part."""
+
+    phase: str = "start"
+    elapsed_s: float = 0.0
+    window: str = ""
+    remaining_s: float | None = None
+    metrics: dict[str, float] | None = None
+    cpu_percent: float | None = None
+    detail: str = ""
+
+
+def _count(x: float) -> str:
+    if abs(x) >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if abs(x) >= 1e3:
+        return f"{x / 1e3:.1f}K"
+    return f"{x:g}"
+
+
+def render(label: str, s: Status) -> str:
+    parts = [f"{label}: {s.phase}"]
+    if s.phase in ("run", "sampling"):
+        parts.append(f"{s.elapsed_s:.0f}s")
+        if s.window and s.remaining_s is not None and s.phase == "run":
+            parts.append(f"{s.window} window: {max(0.0, s.remaining_s):.0f}s left")
+        shown = [
+            f"{k} {_count(s.metrics[k])}" for k in PROGRESS_KEYS if s.metrics and k in s.metrics
+        ]
+        if shown:
+            parts.append(", ".join(shown))
+        elif s.phase == "run":
+            parts.append("no progress yet")
+        if s.cpu_percent is not None:
+            parts.append(f"tree CPU {s.cpu_percent:.0f}%")
+    if s.detail:
+        parts.append(s.detail)
+    return " | ".join(parts)
+
+
+class LiveProgress:
+    """`phase()` at each stage, `update()` from the runner's ticks, `close()` before the
+    summary. Never raises: progress must not break the run it reports on."""
+
+    def __init__(
+        self,
+        label: str,
+        stream: TextIO | None = None,
+        every_s: float = 10.0,
+        enabled: bool = True,
+        terminal: bool | None = None,
+    ) -> None:
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.every_s = every_s
+        self.enabled = enabled
+        self.status = Status()
+        is_tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.terminal = is_tty if terminal is None else terminal
+        self._live: Live | None = None
+        self._last_line = 0.0
+        self._started = time.monotonic()
+
+    def _start_live(self) -> None:
+        if self._live is None and self.enabled and self.terminal:
+            console = Console(file=self.stream, highlight=False)
+            self._live = Live(Text(""), console=console, transient=True, auto_refresh=False)
+            self._live.start()
+
+    def _emit(self, force: bool) -> None:
+        if not self.enabled:
+            return
+        line = render(self.label, self.status)
+        try:
+            if self.terminal:
+                self._start_live()
+                assert self._live is not None
+                self._live.update(Text(line), refresh=True)
+            elif force or time.monotonic() - self._last_line >= self.every_s:
+                self._last_line = time.monotonic()
+                print(line, file=self.stream, flush=True)
+        except (OSError, ValueError):  # a closed stream: stop reporting, never fail the run
+            self.enabled = False
+
+    def phase(self, name: str, detail: str = "") -> None:
+        self.status.phase, self.status.detail = name, detail
+        self.status.elapsed_s = time.monotonic() - self._started
+        self._emit(force=True)
+
+    def update(
+        self,
+        elapsed_s: float,
+        window: str,
+        remaining_s: float,
+        metrics: dict[str, float],
+        cpu_percent: float | None,
+        phase: str = "run",
+    ) -> None:
+        changed = phase != self.status.phase
+        self.status = Status(phase, elapsed_s, window, remaining_s, metrics, cpu_percent)
+        self._emit(force=changed)
+
+    def close(self) -> None:
+        if self._live is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._live.stop()
+            self._live = None
+
+
+class NoProgress(LiveProgress):
+    def __init__(self) -> None:
+        super().__init__("", enabled=False, terminal=False)
