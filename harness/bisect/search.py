@@ -61,6 +61,13 @@ class _Search:
     def test(self, index: int, role: str) -> StepRecord:
         res = self.result
         commit = res.good if index < 0 else res.candidates[index]
+        progress = self.setup.opts.run.progress
+        if progress is not None:
+            step = len(res.search_steps) + 1
+            progress.label = (
+                f"harness bisect {self.setup.opts.run.env} [step {step} of at most "
+                f"{res.step_bound}: {role} {commit.short} {commit.subject[:40]}]"
+            )
         step = try_commit(
             self.setup, commit, role, index, self.setup.opts.run.variant, res.directory / "steps"
         )

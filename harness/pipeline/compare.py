@@ -36,7 +36,9 @@ def compare_variants(
     for spec in variant_specs:  # a typo in the last variant fails now, not after the others
         variants.parse_variant(spec, pin)
     rows: list[CompareRow] = []
-    for spec in variant_specs:
+    for i, spec in enumerate(variant_specs, 1):
+        if opts.progress is not None:
+            opts.progress.label = f"harness compare {opts.env} [{i}/{len(variant_specs)} {spec}]"
         try:
             report, code = run_env(opts.but(variant=spec))
         except HarnessError as exc:  # this variant could not run: a row, not an abort
