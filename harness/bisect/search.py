@@ -63,9 +63,9 @@ class _Search:
         commit = res.good if index < 0 else res.candidates[index]
         progress = self.setup.opts.run.progress
         if progress is not None:
-            step = len(res.search_steps) + 1
+            number = len(res.search_steps) + 1
             progress.label = (
-                f"harness bisect {self.setup.opts.run.env} [step {step} of at most "
+                f"harness bisect {self.setup.opts.run.env} [step {number} of at most "
                 f"{res.step_bound}: {role} {commit.short} {commit.subject[:40]}]"
             )
         step = try_commit(
