@@ -151,7 +151,7 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
         if len(failed) > 6:
             table.add_row("", f"... {len(failed) - 6} more in report.md")
     elif v is not None:
-        for line in v.evidence[:6]:
+        for line in v.evidence[: 3 if v.causes else 6]:  # a cause says the rest
             table.add_row("", escape(line if len(line) < 200 else line[:197] + "..."))
     console.print(Panel(table, title=escape(f"harness {r.mode}: {r.title}"), expand=False))
     # paths are printed whole, outside the box: a box is cut to the terminal's width (80
