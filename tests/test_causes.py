@@ -165,3 +165,18 @@ def test_a_pin_adds_a_cause_as_data() -> None:
     with pytest.raises(HarnessError) as info:
         rule_from_table({**own[0], "detector": "magic"}, "pin")
     assert "unknown detector 'magic'" in info.value.message
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_active_wait_policy_spins_in_the_pool_but_is_located_in_env_start(
+    tmp_path: Path, cache_env: dict[str, str], libgomp_fork_hazard: None
+) -> None:
+    """OMP_WAIT_POLICY=active: the parent's idle OpenMP pool spins (a core busy in libgomp,
+    no code of the program) while the forked child's team waits in futexes; the verdict is a
+    spin, located where the program is stuck, with the same cause."""
+    argv = ["run", "breakout", "--env", "OMP_WAIT_POLICY=active", "--startup", "8"]
+    report = harness(*argv, "--timeout", "60", report_root=tmp_path, env=cache_env).report
+    v = report["verdict"]
+    assert (v["mechanism"], v["location"]) == ("spin", "env_start"), v["summary"]
+    assert list(causes(report)) == ["openmp-after-fork"]

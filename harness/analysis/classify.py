@@ -237,6 +237,15 @@ def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> V
     mechanism, culprits, why = _mechanism(views, sigs)
     evidence.append(f"mechanism {mechanism}: {why}")
     picked = _pick_location(culprits, sigs)
+    if picked is None and mechanism == "spin":
+        # the busy threads run no code of the program (an OpenMP pool spinning in its
+        # runtime, OMP_WAIT_POLICY=active): the hang is where the program itself is stuck
+        others = [v for v in views if v not in culprits]
+        picked = _pick_location(others, sigs)
+        if picked is not None:
+            evidence.append(
+                "the busy thread(s) run no code of the program: located at the stuck thread"
+            )
     location = None
     frames: list[str] = []
     runtime: list[str] = []
