@@ -34,12 +34,24 @@ def test_plain_lines_are_rate_limited_but_phases_always_print(tmp_path: Path) ->
     out = tmp_path / "progress.txt"
     with out.open("w") as stream:
         p = LiveProgress("harness run x", stream=stream, every_s=3600, terminal=False)
-        p.phase("build")
+        p.phase("build")  # a setup phase prints only once it lasts (a failed setup: silent)
         for i in range(50):
             p.update(i, "startup", 10 - i, {}, None)
         p.phase("checks")
+        p.close()
     lines = out.read_text().splitlines()
-    assert [ln.split(": ", 1)[1].split(" |")[0] for ln in lines] == ["build", "run", "checks"]
+    assert [ln.split(": ", 1)[1].split(" |")[0] for ln in lines] == ["run", "checks"]
+
+
+def test_a_long_setup_phase_still_prints(tmp_path: Path) -> None:
+    out = tmp_path / "progress.txt"
+    with out.open("w") as stream:
+        p = LiveProgress("harness run x", stream=stream, every_s=0.5, terminal=False)
+        p.phase("build")
+        time.sleep(1.8)
+        p.close()
+    lines = out.read_text().splitlines()
+    assert len(lines) >= 2 and all(": build" in ln for ln in lines), lines
 
 
 @pytest.mark.timeout(90)

@@ -120,10 +120,10 @@ def test_unknown_env_and_malformed_scenario(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @stock_hang
-def test_missing_gdb_degrades_to_eu_stack(tmp_path: Path, cache_env: dict[str, str]) -> None:
+def test_missing_eu_stack_falls_back_to_gdb(tmp_path: Path, cache_env: dict[str, str]) -> None:
     bare = tmp_path / "bin"
     bare.mkdir()
-    for tool in ("bash", "gcc", "eu-stack", "git", "as", "ld", "cat", "dirname", "uname"):
+    for tool in ("bash", "gcc", "gdb", "git", "as", "ld", "cat", "dirname", "uname"):
         found = shutil.which(tool)
         if found:
             (bare / tool).symlink_to(found)
@@ -133,5 +133,6 @@ def test_missing_gdb_degrades_to_eu_stack(tmp_path: Path, cache_env: dict[str, s
     )
     report = res.report
     assert res.code == 2, res.stderr
-    assert report["samples"]["tools"]["gdb"] == "missing"
+    assert report["samples"]["tools"]["eu-stack"] == "missing"
+    assert report["samples"]["tools"]["gdb"] == "used"
     assert report["verdict"]["location"] == "env_start"

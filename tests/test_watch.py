@@ -101,25 +101,25 @@ def test_interrupting_the_harness_kills_the_tree(
     assert tree_is_gone(report["exit"]["pid"])
 
 
-@pytest.mark.skipif(shutil.which("eu-stack") is None, reason="no eu-stack to degrade to")
-def test_without_gdb_native_stacks_degrade(
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="no gdb to fall back to")
+def test_without_eu_stack_native_stacks_fall_back_to_gdb(
     tmp_path: Path, c_program: Callable[[str], Path]
 ) -> None:
     bare = tmp_path / "bin"
     bare.mkdir()
-    for tool in ("eu-stack", "py-spy"):
+    for tool in ("gdb", "py-spy"):
         found = shutil.which(tool)
         if found:
             (bare / tool).symlink_to(found)
-    env = {"PATH": str(bare)}  # /bin is /usr/bin on merged-usr systems: it would have gdb
+    env = {"PATH": str(bare)}  # /bin is /usr/bin on merged-usr systems: it has eu-stack
     res = watch(tmp_path, str(c_program("mutex_deadlock")), env=env)
     report = res.report
     assert res.code == 2
-    assert report["samples"]["tools"].get("gdb") == "missing"
+    assert report["samples"]["tools"].get("eu-stack") == "missing"
     notes = report["samples"]["notes"]
-    assert any("gdb not found on PATH: native stacks from eu-stack" in n for n in notes), notes
-    assert report["samples"]["tools"].get("eu-stack") == "used"
-    assert report["verdict"]["location"] in ("transfer_a_to_b", "transfer_b_to_a")  # eu-stack
+    assert any("eu-stack not found on PATH: native stacks from gdb" in n for n in notes), notes
+    assert report["samples"]["tools"].get("gdb") == "used"
+    assert report["verdict"]["location"] in ("transfer_a_to_b", "transfer_b_to_a")  # gdb
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:

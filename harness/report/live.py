@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import TextIO
@@ -20,6 +21,9 @@ from rich.live import Live
 from rich.text import Text
 
 PHASES = ("verify", "prepare", "build", "run", "sampling", "checks", "report")
+# without a terminal these print only once they last (the heartbeat): a command that fails
+# its setup ends with its one-line error alone, and a long build still shows it is alive
+SETUP_PHASES = ("start", "verify", "prepare", "build")
 PROGRESS_KEYS = ("epoch", "agent_steps", "SPS")
 
 
@@ -84,8 +88,11 @@ class LiveProgress:
         is_tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.terminal = is_tty if terminal is None else terminal
         self._live: Live | None = None
-        self._last_line = 0.0
+        self._last_line = time.monotonic()
         self._started = time.monotonic()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
 
     def _start_live(self) -> None:
         if self._live is None and self.enabled and self.terminal:
@@ -96,22 +103,38 @@ class LiveProgress:
     def _emit(self, force: bool) -> None:
         if not self.enabled:
             return
-        line = render(self.label, self.status)
-        try:
-            if self.terminal:
-                self._start_live()
-                assert self._live is not None
-                self._live.update(Text(line), refresh=True)
-            elif force or time.monotonic() - self._last_line >= self.every_s:
-                self._last_line = time.monotonic()
-                print(line, file=self.stream, flush=True)
-        except (OSError, ValueError):  # a closed stream: stop reporting, never fail the run
-            self.enabled = False
+        with self._lock:
+            line = render(self.label, self.status)
+            try:
+                if self.terminal:
+                    self._start_live()
+                    assert self._live is not None
+                    self._live.update(Text(line), refresh=True)
+                elif force or time.monotonic() - self._last_line >= self.every_s:
+                    self._last_line = time.monotonic()
+                    print(line, file=self.stream, flush=True)
+            except (OSError, ValueError):  # a closed stream: stop reporting, never fail
+                self.enabled = False
+
+    def _beat(self) -> None:
+        """Without a terminal: a line every every_s seconds even when nothing reports (a
+        long build, a silent trainer), so that CI's no-output timeout never fires first."""
+        while not self._stop.wait(min(1.0, self.every_s)):
+            if time.monotonic() - self._last_line >= self.every_s:
+                if self.status.phase in ("run", "sampling"):
+                    self.status.elapsed_s += time.monotonic() - self._last_line
+                self._emit(force=True)
+
+    def _ensure_heartbeat(self) -> None:
+        if self._heartbeat is None and self.enabled and not self.terminal:
+            self._heartbeat = threading.Thread(target=self._beat, daemon=True, name="progress")
+            self._heartbeat.start()
 
     def phase(self, name: str, detail: str = "") -> None:
         self.status.phase, self.status.detail = name, detail
         self.status.elapsed_s = time.monotonic() - self._started
-        self._emit(force=True)
+        self._ensure_heartbeat()
+        self._emit(force=name not in SETUP_PHASES or self.terminal)
 
     def update(
         self,
@@ -127,6 +150,11 @@ class LiveProgress:
         self._emit(force=changed)
 
     def close(self) -> None:
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=2.0)
+            self._heartbeat = None
+        self._stop = threading.Event()
         if self._live is not None:
             with contextlib.suppress(OSError, ValueError):
                 self._live.stop()

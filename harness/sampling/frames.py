@@ -1,5 +1,6 @@
-"""How a stack frame is attributed: which mapped file (module) an address belongs to, and
-whether a frame is the traced program's own code rather than a runtime library."""
+"""How a stack frame is attributed: which mapped file (module) an address belongs to,
+whether a frame is the traced program's own code rather than a runtime library, and
+whether it was inlined into its caller."""
 
 from __future__ import annotations
 
@@ -10,9 +11,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from harness.files import read_text
+from harness.sampling.model import Frame
 
 # Python's own library tree (stdlib, and site-packages under it) and distro package dirs.
 _PYTHON_LIB = re.compile(r"/lib(64)?/python\d+(\.\d+)?[a-z]?/|/(site|dist)-packages/")
+
+
+@dataclass
+class InlinedFrame(Frame):
+    """A frame the compiler inlined into the next (outer) frame of the stack: no call of
+    its own, same code address as its caller; its file:line is where it was executing
+    (innermost) or where it called the frame above it. JSON carries `"inline": true`."""
+
+    inline: bool = True
+
+
+def is_inline(frame: Frame) -> bool:
+    return bool(getattr(frame, "inline", False))
 
 
 @dataclass
@@ -24,11 +39,20 @@ class FrameContext:
     own_roots: tuple[str, ...] = ()
     names: dict[int, str] = field(default_factory=dict)  # tid -> comm
     maps: MemoryMap | None = None
+    # realpath() per path: a 64-thread stack names the same few files hundreds of times,
+    # and each realpath is an lstat per path component
+    _real: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def realpath(self, path: str) -> str:
+        real = self._real.get(path)
+        if real is None:
+            real = self._real[path] = os.path.realpath(path)
+        return real
 
     def under_own_root(self, path: str | None) -> bool:
-        if not path or not os.path.isabs(path):
+        if not path or not self.own_roots or not os.path.isabs(path):
             return False
-        real = os.path.realpath(path)
+        real = self.realpath(path)
         return any(real == r or real.startswith(r.rstrip("/") + "/") for r in self.own_roots)
 
     def native_own(self, module: str | None, file: str | None) -> bool:
@@ -36,7 +60,9 @@ class FrameContext:
             return True
         if module is None or self.python_exe or not self.exe:
             return False
-        return _same_file(module, self.exe)
+        if os.path.isabs(module) and os.path.isabs(self.exe):
+            return self.realpath(module) == self.realpath(self.exe)
+        return os.path.basename(module) == os.path.basename(self.exe)
 
     def python_own(self, file: str | None) -> bool:
         if self.under_own_root(file):
@@ -44,12 +70,6 @@ class FrameContext:
         if not file or file.startswith("<"):  # "<frozen importlib._bootstrap>", "<string>"
             return False
         return _PYTHON_LIB.search(file) is None
-
-
-def _same_file(a: str, b: str) -> bool:
-    if os.path.isabs(a) and os.path.isabs(b):
-        return os.path.realpath(a) == os.path.realpath(b)
-    return os.path.basename(a) == os.path.basename(b)
 
 
 class MemoryMap:

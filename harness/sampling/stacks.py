@@ -1,33 +1,70 @@
-"""Native and Python stacks of the sampled processes: which tools to use (gdb, eu-stack,
+"""Native and Python stacks of the sampled processes: which tools to use (eu-stack, gdb,
 py-spy), how each is invoked, running them under a time budget, turning their refusals
 and failures into `tools`/`notes` entries, and resuming a process a killed tracer left
-stopped."""
+stopped.
+
+The fastest tools by default. Native stacks come from eu-stack in two steps:
+`eu-stack -q -a -m` unwinds every thread while attached (addresses and modules, no
+names: 0.01-0.06 s), then `eu-addr2line --pretty-print -a -f -i -C` names each distinct
+address once (function, FILE:LINE, inlined calls as frames of their own) from the files
+and /proc/PID/maps, without attaching: the process already runs again. Naming is the
+costly part: eu-stack scans a library's whole symbol table per frame (25-80 ms each in
+libtorch_cpu.so, so 16 identical worker threads cost 0.4-1.2 s in one `eu-stack -a -m
+-s -i`, which is what runs when eu-addr2line is missing), while distinct addresses are
+few. The modules may be split among several eu-addr2line runs on CPUs the process
+workers leave idle (`_split_modules`). gdb is the fallback when eu-stack is missing or
+fails outright, and is used on request; it takes 0.3-10 s, mostly reading symbols. gdb
+is not run to fill in frames eu-stack left as `??`: both read the same symbols (.symtab,
+.dynsym, DWARF, /usr/lib/debug; debuginfod is off), so what one cannot name the other
+cannot either (libgomp's internals read `??` in both). Python stacks come from `py-spy
+dump` without `--native` (eu-stack gives the native side; `--native` costs py-spy
+0.1-0.5 s of unwinding), unless `py_native` asks for it.
+
+Each attach stops the process, so each process is attached at most once per tool: one
+Python dump (py-spy, Python processes only) and one native dump (eu-stack, or gdb on
+request or when eu-stack failed outright), one after the other, never two tools on one
+pid at once. py-spy goes first: it is the quickest (0.02-0.06 s) and its frames are the
+telling ones in a Python process, so they are in hand before the native dump can spend
+the time budget. Back to back is safe because `run_tool` returns only once a tool has
+exited, and a tracer's exit ends its ptrace attachment (it detaches, or the kernel
+detaches a dead tracer), so the next one finds the process free; eu-addr2line attaches
+to nothing. Processes are independent (ptrace is per process): up to `stack_workers()`
+of them are dumped at once, each by one worker running its tools in that order. Every
+tool run is recorded in `SampleSet.timings` as `"TOOL:PID"` → its seconds, so a reader
+can count the attaches (every tool but eu-addr2line attaches).
+"""
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import psutil
 
+from harness.files import read_text
 from harness.process.tools import ToolResult, find_tool, permission_denied, run_tool
 from harness.sampling.frames import FrameContext, MemoryMap
 from harness.sampling.model import ProcessSample, SampleSet, ThreadStack
-from harness.sampling.parsers import parse_eu_stack, parse_gdb, parse_py_spy
-from harness.sampling.procfs import is_python, live_tid, read_threads
+from harness.sampling.parsers import (
+    Location,
+    eu_stack_addresses,
+    parse_addr2line,
+    parse_eu_stack,
+    parse_gdb,
+    parse_py_spy,
+)
+from harness.sampling.procfs import is_python, live_tid
 
-# Stack collection is per process and each attach costs ~0.2-2 s; a trainer with a big
+# Stack collection is per process and each attach costs 0.03-2 s; a trainer with a big
 # worker pool would otherwise take minutes. The first processes in tree order (root
 # first) are the interesting ones.
 MAX_STACK_PROCESSES = 16
-# Several processes can be traced at once (ptrace is per process), but gdb is CPU-heavy
-# while it reads symbols; a few in parallel keeps the stack phase short without starving
-# the machine.
-STACK_WORKERS = 4
 # Raw tool output is kept for the report; a pathological process (thousands of threads)
 # must not blow up memory or report size.
 RAW_OUTPUT_LIMIT = 256 * 1024
@@ -35,13 +72,14 @@ RAW_OUTPUT_LIMIT = 256 * 1024
 
 @dataclass
 class Plan:
-    native: str | None  # "gdb" | "eu-stack" | None
-    native_fallback: str | None  # eu-stack when gdb fails outright (not on denial/timeout)
+    native: str | None  # "eu-stack" | "gdb" | None
+    native_fallback: str | None  # gdb when eu-stack fails outright (not on denial/timeout)
     python: str | None  # "py-spy" | None
     paths: dict[str, str]
     py_native: bool = False
     deadline: float = 0.0  # time.monotonic() after which no tool is started
     timeout: float = 10.0
+    name_jobs: int = 1  # eu-addr2line runs at once per process (modules split among them)
 
 
 @dataclass
@@ -50,12 +88,13 @@ class _Outcome:
     tools: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     raw: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # "tool:pid" -> seconds
     killed: bool = False  # a tool was killed on timeout
 
 
 # native= choice → tools to try, in order of preference
 _NATIVE_TOOLS = {
-    "auto": ("gdb", "eu-stack"),
+    "auto": ("eu-stack", "gdb"),
     "gdb": ("gdb",),
     "eu-stack": ("eu-stack",),
     "none": (),
@@ -67,7 +106,8 @@ def plan_tools(native: str, python: str, result: SampleSet) -> Plan:
     """Which tools to use, recording the missing ones in result.tools/notes."""
     if native not in _NATIVE_TOOLS or python not in _PYTHON_CHOICES:
         raise ValueError(f"native={native!r} python={python!r}")
-    paths = {n: p for n in ("gdb", "eu-stack", "py-spy") if (p := find_tool(n))}
+    tools = ("gdb", "eu-stack", "eu-addr2line", "py-spy")
+    paths = {n: p for n in tools if (p := find_tool(n))}
     want = _NATIVE_TOOLS[native]
     available = [n for n in want if n in paths]
     for n in want:
@@ -100,7 +140,8 @@ def _context(proc: ProcessSample, tid: int, own_roots: tuple[str, ...]) -> Frame
     )
 
 
-def _argv(tool: str, path: str, attach: int, py_native: bool) -> list[str]:
+def _argv(tool: str, attach: int, plan: Plan) -> list[str]:
+    path = plan.paths[tool]
     if tool == "gdb":
         # -iex runs before the attach: debuginfod would otherwise try the network
         sets = ["debuginfod enabled off", "pagination off", "width 0", "print frame-arguments none"]
@@ -109,11 +150,15 @@ def _argv(tool: str, path: str, attach: int, py_native: bool) -> list[str]:
         info = ["-ex", "set print frame-info location-and-address", "-ex", "thread apply all bt"]
         return [path, "-p", str(attach), "-batch", "-nx", *pre, *post, *info]
     if tool == "eu-stack":
-        return [path, "-p", str(attach), "-m", "-s", "-i"]
-    return [path, "dump", "--pid", str(attach), "--json", *(["--native"] if py_native else [])]
+        # -a: which frames are return addresses (named by the call, one byte back); -m
+        # module; -q no names (eu-addr2line's job), else -s FILE:LINE, -i inlined frames
+        names = ["-q"] if "eu-addr2line" in plan.paths else ["-s", "-i"]
+        return [path, "-p", str(attach), "-a", "-m", *names]
+    native = ["--native"] if plan.py_native else []
+    return [path, "dump", "--pid", str(attach), "--json", *native]
 
 
-_PARSERS = {"gdb": parse_gdb, "eu-stack": parse_eu_stack, "py-spy": parse_py_spy}
+_PARSERS = {"gdb": parse_gdb, "py-spy": parse_py_spy}
 
 
 def _take(
@@ -124,8 +169,9 @@ def _take(
     if budget < 0.5:
         out.notes.append(f"{tool}: stack time budget spent, pid {proc.pid} skipped")
         return "timeout"
-    run = run_tool(_argv(tool, plan.paths[tool], attach, plan.py_native), budget)
+    run = run_tool(_argv(tool, attach, plan), budget)
     out.raw[f"{tool}:{proc.pid}"] = run.output[:RAW_OUTPUT_LIMIT]
+    out.timings[f"{tool}:{proc.pid}"] = round(run.duration_s, 4)
     if run.timed_out:
         out.killed = True
         out.notes.append(
@@ -134,12 +180,17 @@ def _take(
         return "timeout"
     if run.returncode is None:
         return _failed(tool, proc.pid, run.error, out)
-    stacks, why = _parse(tool, run, proc.pid, ctx)
+    names = None
+    if tool == "eu-stack" and "eu-addr2line" in plan.paths:
+        names = _name_frames(run.stdout, proc.pid, attach, plan, out)
+    stacks, why = _parse(tool, run, proc.pid, ctx, names)
     if stacks:
         out.stacks.extend(sorted(stacks, key=lambda s: s.tid))
-        # eu-stack unwinds what it may and says which it may not
-        if permission_denied(run.stderr):
-            out.notes.append(f"{tool} partial on pid {proc.pid}: {_first_line(run.stderr)}")
+        # eu-stack unwinds what it may and says which it may not; a zombie thread (an
+        # exited main thread) has nothing to unwind and is no refusal
+        refused = [e for e in _unwind_errors(run.stderr, proc) if permission_denied(e)]
+        if refused:
+            out.notes.append(f"{tool} partial on pid {proc.pid}: {refused[0][:200]}")
         return "used"
     if permission_denied(run.output):
         return _denial(tool, proc.pid, run.output, out)
@@ -147,13 +198,96 @@ def _take(
 
 
 def _parse(
-    tool: str, run: ToolResult, pid: int, ctx: FrameContext
+    tool: str,
+    run: ToolResult,
+    pid: int,
+    ctx: FrameContext,
+    names: dict[int, list[Location]] | None,
 ) -> tuple[list[ThreadStack], str]:
     try:
+        if tool == "eu-stack":  # stacks on stdout, complaints on stderr
+            return parse_eu_stack(run.stdout, pid, ctx, names), ""
         # py-spy: JSON on stdout, diagnostics on stderr; gdb mixes both usefully
-        return _PARSERS[tool](run.stdout if tool == "py-spy" else run.output, pid, ctx), ""
+        return _PARSERS[tool](run.output if tool == "gdb" else run.stdout, pid, ctx), ""
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         return [], f"unparseable output ({type(e).__name__}: {e})"[:200]
+
+
+def _name_frames(
+    dump: str, pid: int, attach: int, plan: Plan, out: _Outcome
+) -> dict[int, list[Location]] | None:
+    """Name the distinct addresses of an `eu-stack -q` dump with eu-addr2line. It does not
+    attach: it reads /proc/PID/maps (through a live thread) and the mapped files. The
+    cost is per module (a symbol table to scan, DWARF to read), so with CPUs to spare the
+    modules are split among `plan.name_jobs` runs at once."""
+    by_module = eu_stack_addresses(dump)
+    if not by_module:
+        return None
+    budget = min(plan.timeout, plan.deadline - time.monotonic())
+    if budget < 0.5:
+        out.notes.append(f"eu-addr2line: stack time budget spent, pid {pid}: frames unnamed")
+        return None
+    opts = ["-p", str(attach), "-a", "-f", "-i", "-C", "--pretty-print"]
+    argvs = [
+        [plan.paths["eu-addr2line"], *opts, *map(hex, group)]
+        for group in _split_modules(by_module, plan.name_jobs)
+    ]
+    start = time.monotonic()
+    if len(argvs) == 1:
+        runs = [run_tool(argvs[0], budget)]
+    else:
+        with ThreadPoolExecutor(max_workers=len(argvs)) as pool:
+            runs = list(pool.map(lambda argv: run_tool(argv, budget), argvs))
+    out.raw[f"eu-addr2line:{pid}"] = "".join(r.output for r in runs)[:RAW_OUTPUT_LIMIT]
+    out.timings[f"eu-addr2line:{pid}"] = round(time.monotonic() - start, 4)
+    names: dict[int, list[Location]] = {}
+    for run in runs:
+        named = parse_addr2line(run.stdout)
+        if not named:
+            why = run.error or _first_line(run.output)
+            why = f"timed out after {budget:.1f}s" if run.timed_out else why
+            out.notes.append(f"eu-addr2line failed on pid {pid} ({why}): native frames unnamed")
+        names.update(named)
+    return names or None
+
+
+def _split_modules(
+    by_module: dict[str, list[int]], jobs: int, size: Callable[[str], int] | None = None
+) -> list[list[int]]:
+    """The addresses in at most `jobs` groups of whole modules. A run costs a process start
+    (about 0.02 s) plus, per module, a scan of its symbol table and a read of its DWARF,
+    which grow with its size: the big modules (>= 1 MiB) are spread over the groups, the
+    biggest first onto the lightest, the small ones join the lightest group."""
+    size = size or _file_size
+    sized = sorted(((size(m), m) for m in by_module), reverse=True)
+    big = [m for n, m in sized if n >= 1 << 20]
+    groups: list[tuple[int, list[int]]] = [(0, []) for _ in range(max(1, min(jobs, len(big))))]
+    for n, module in sized:
+        k = min(range(len(groups)), key=lambda i: groups[i][0])
+        groups[k] = (groups[k][0] + n, groups[k][1] + by_module[module])
+    return [sorted(g) for _, g in groups if g]
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size if path else 0
+    except OSError:
+        return 0
+
+
+_EU_ERROR_TID = re.compile(r"\btid (\d+)\b")
+
+
+def _unwind_errors(stderr: str, proc: ProcessSample) -> list[str]:
+    """eu-stack's per-thread complaints (`dwfl_thread_getframes tid N: ...`), less those
+    about zombie threads."""
+    zombies = {t.tid for t in proc.threads if t.state in ("Z", "X")}
+    errors = []
+    for line in stderr.splitlines():
+        tid = _EU_ERROR_TID.search(line)
+        if line.strip() and not (tid and int(tid.group(1)) in zombies):
+            errors.append(line.strip())
+    return errors
 
 
 def _denial(tool: str, pid: int, output: str, out: _Outcome) -> str:
@@ -192,8 +326,7 @@ def _collect_process(proc: ProcessSample, plan: Plan, own_roots: tuple[str, ...]
 def _run_tools(
     proc: ProcessSample, attach: int, ctx: FrameContext, plan: Plan, out: _Outcome
 ) -> None:
-    # py-spy first: it is quick and suspends the process only briefly, and two tracers
-    # cannot attach at once, so the tools run one after the other.
+    # one tool at a time on this process, py-spy first (see the module docstring)
     embedded = ctx.maps is not None and ctx.maps.maps_file("libpython")
     if plan.python and (proc.is_python or embedded):
         out.tools.append((plan.python, _take(plan.python, proc, attach, ctx, plan, out)))
@@ -209,7 +342,18 @@ def _run_tools(
 
 
 def _stopped_tids(pid: int) -> set[int]:
-    return {t.tid for t in read_threads(pid) if t.state == "T"}
+    """Threads in group-stop (state T), from each thread's stat alone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return set()
+    stopped = set()
+    for tid in tids:
+        stat = read_text(f"/proc/{pid}/task/{tid}/stat") or ""
+        # comm may hold spaces and parentheses: the state is the first field after the last ')'
+        if stat[stat.rfind(")") + 1 :].split()[:1] == ["T"]:
+            stopped.add(int(tid))
+    return stopped
 
 
 def _resume_if_we_stopped(pid: int, before: set[int], out: _Outcome) -> None:
@@ -238,9 +382,39 @@ def _merge_tool(tools: dict[str, str], name: str, status: str) -> None:
         tools[name] = status
 
 
+def stack_workers(cgroup: str = "/sys/fs/cgroup") -> int:
+    """How many processes are dumped at once: the CPUs this process may run on, or the
+    cgroup's CPU quota (rounded up) when that is lower; at least 1. A tool mostly waits
+    on the kernel (attach, stop, memory reads) or reads symbols on one CPU, so one per
+    CPU keeps the phase short without starving the machine."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota(cgroup)
+    if quota is not None:
+        cpus = min(cpus, math.ceil(quota))
+    return max(1, cpus)
+
+
+def _cgroup_cpu_quota(root: str) -> float | None:
+    """CPUs granted by the cgroup (v2 cpu.max, else v1 cfs quota); None when unlimited."""
+    v2 = (read_text(f"{root}/cpu.max") or "").split()
+    if len(v2) == 2 and v2[0] != "max" and v2[0].isdigit() and v2[1].isdigit() and int(v2[1]):
+        return int(v2[0]) / int(v2[1])
+    for base in (f"{root}/cpu", f"{root}/cpu,cpuacct"):
+        quota = (read_text(f"{base}/cpu.cfs_quota_us") or "").strip()
+        period = (read_text(f"{base}/cpu.cfs_period_us") or "").strip()
+        if quota.isdigit() and period.isdigit() and int(quota) > 0 and int(period) > 0:
+            return int(quota) / int(period)
+    return None
+
+
 def collect_stacks(
     procs: Sequence[ProcessSample], plan: Plan, own_roots: tuple[str, ...], result: SampleSet
 ) -> None:
+    """Stacks of `procs` (tree order) into result.stacks/tools/notes/raw, and each
+    attach's seconds into result.timings as "TOOL:PID"."""
     if len(procs) > MAX_STACK_PROCESSES:
         result.notes.append(
             f"stacks capped at the first {MAX_STACK_PROCESSES} of {len(procs)} processes"
@@ -248,7 +422,10 @@ def collect_stacks(
         procs = procs[:MAX_STACK_PROCESSES]
     if not procs or (plan.native is None and plan.python is None):
         return
-    pool = ThreadPoolExecutor(max_workers=min(STACK_WORKERS, len(procs)))
+    workers = stack_workers()
+    # CPUs the process workers leave idle go to naming frames (one process: all of them)
+    plan.name_jobs = max(1, workers // min(workers, len(procs)))
+    pool = ThreadPoolExecutor(max_workers=min(workers, len(procs)))
     try:
         outcomes = list(pool.map(lambda p: _collect_process(p, plan, own_roots), procs))
     finally:
@@ -259,6 +436,7 @@ def collect_stacks(
         result.stacks.extend(o.stacks)
         result.notes.extend(o.notes)
         result.raw.update(o.raw)
+        result.timings.update(o.timings)
         for name, status in o.tools:
             _merge_tool(result.tools, name, status)
 
