@@ -68,14 +68,7 @@ def causes_block(causes: Sequence[Any]) -> str:
 
 
 def _exit_text(r: Report) -> str:
-    x = r.exit
-    if x is None:
-        return ""
-    if x.killed_by_harness:
-        return f"killed by the harness ({x.reason})" if x.reason else "killed by the harness"
-    if x.signal is not None:
-        return f"signal {x.signal}"
-    return "" if x.returncode is None else f"exit status {x.returncode}"
+    return (r.exit.describe() if r.exit else "") or ""
 
 
 def verdict_block(r: Report) -> str:

@@ -39,14 +39,7 @@ def pairs(values: Mapping[str, object]) -> str:
 
 
 def _exit_text(r: Report) -> str:
-    e = r.exit
-    if e is None:
-        return "-"
-    if e.killed_by_harness:
-        return f"killed by the harness ({e.reason})" if e.reason else "killed by the harness"
-    if e.signal is not None:
-        return f"signal {e.signal}"
-    return f"exit status {e.returncode}"
+    return (r.exit.describe() if r.exit else "") or "-"
 
 
 def render_report(r: Report) -> str:

@@ -127,6 +127,16 @@ class ExitInfo:
     reason: str = ""
     pid: int | None = None
 
+    def describe(self) -> str:
+        """How the command ended, for people."""
+        if self.killed_by_harness:
+            return (
+                f"killed by the harness ({self.reason})" if self.reason else "killed by the harness"
+            )
+        if self.signal is not None:
+            return f"signal {self.signal}"
+        return "" if self.returncode is None else f"exit status {self.returncode}"
+
 
 @dataclass
 class Progress:
