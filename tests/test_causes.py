@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from harness.analysis.causes import Facts, diagnose, load_rules, rule_from_table
+from harness.analysis.causes import diagnose, load_rules, rule_from_table
+from harness.analysis.detectors import Facts
 from harness.errors import HarnessError
 from tests.harness_cli import ROOT, harness
 

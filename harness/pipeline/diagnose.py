@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.analysis import causes as causesmod
 from harness.analysis.classify import located_frame
+from harness.analysis.detectors import Facts
 from harness.config.pin import Pin
 from harness.errors import HarnessError
 from harness.report.model import Report
@@ -29,7 +30,7 @@ def diagnose(
     if pin is not None:
         openmp = any(s.name in ("env_start", "vec_thread_main") for s in pin.signatures)
         fixes = tuple(f for f in FIXES if f in pin.variants or (f == "omp-free" and openmp))
-    facts = causesmod.Facts(
+    facts = Facts(
         kind=v.kind,
         mechanism=v.mechanism,
         location=v.location,
