@@ -29,6 +29,7 @@ def causes(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in report["verdict"]["causes"]}
 
 
+@pytest.mark.slow
 def test_lock_cycle_of_two(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
     report = watch(tmp_path, str(c_program("mutex_deadlock")))
     found = causes(report)
@@ -40,6 +41,7 @@ def test_lock_cycle_of_two(tmp_path: Path, c_program: Callable[[str], Path]) -> 
     assert "xfer_a_to_b" in sentence and "xfer_b_to_a" in sentence
 
 
+@pytest.mark.slow
 def test_lock_cycle_of_three(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
     found = causes(watch(tmp_path, str(c_program("mutex_cycle3"))))
     assert set(found) == {"lock-cycle"}, found
@@ -49,6 +51,7 @@ def test_lock_cycle_of_three(tmp_path: Path, c_program: Callable[[str], Path]) -
         assert name in sentence
 
 
+@pytest.mark.slow
 def test_python_locks_owner_unknown(tmp_path: Path) -> None:
     found = causes(watch(tmp_path, sys.executable, str(PROGRAMS / "py_deadlock.py")))
     assert set(found) == {"python-locks"}, found
@@ -56,6 +59,7 @@ def test_python_locks_owner_unknown(tmp_path: Path) -> None:
     assert "xfer_a_to_b" in sentence and "xfer_b_to_a" in sentence and "owner unknown" in sentence
 
 
+@pytest.mark.slow
 def test_dead_worker_named_with_its_signal(
     tmp_path: Path, c_program: Callable[[str], Path]
 ) -> None:
@@ -72,6 +76,7 @@ def test_dead_worker_named_with_its_signal(
     assert v["location"] == "wait_for_answer"
 
 
+@pytest.mark.slow
 def test_exit_blocked_names_the_threads(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
     found = causes(watch(tmp_path, str(c_program("exit_blocked"))))
     assert set(found) == {"exit-blocked"}, found
@@ -82,6 +87,7 @@ def test_exit_blocked_names_the_threads(tmp_path: Path, c_program: Callable[[str
     assert "wait_for_shutdown (exit_blocked.py" in found["exit-blocked"]["sentence"]
 
 
+@pytest.mark.slow
 def test_spin_on_blocked_workers(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
     report = watch(tmp_path, str(c_program("spin_on_workers")))
     assert report["verdict"]["mechanism"] == "spin"
@@ -91,6 +97,7 @@ def test_spin_on_blocked_workers(tmp_path: Path, c_program: Callable[[str], Path
     assert "wait_for_workers" in sentence and "3 thread(s)" in sentence
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("program", ["busy_spin", "segv"])
 def test_no_cause_for_other_shapes(
     tmp_path: Path, c_program: Callable[[str], Path], program: str

@@ -54,6 +54,7 @@ def test_a_long_setup_phase_still_prints(tmp_path: Path) -> None:
     assert len(lines) >= 2 and all(": build" in ln for ln in lines), lines
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_a_run_without_a_terminal_prints_progress_lines(tmp_path: Path) -> None:
     res = harness(
@@ -86,6 +87,7 @@ def test_quiet_prints_no_progress(tmp_path: Path) -> None:
     assert not [ln for ln in (res.stdout + res.stderr).splitlines() if ": run |" in ln]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_terminal_shows_the_live_line(tmp_path: Path) -> None:
     """Under a pseudo-terminal the line is redrawn in place (cursor control, no new line per

@@ -350,6 +350,7 @@ def watch(tmp_path: Path, *cmd: str, quiescent: str = "2"):  # type: ignore[no-u
     return harness("watch", *opts, "--", *cmd, report_root=tmp_path / "reports")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("program", ["mutex_deadlock", "fork_deadlock", "pipe_deadlock"])
 def test_deadlocks_get_an_early_verdict(
@@ -372,6 +373,7 @@ def test_deadlocks_get_an_early_verdict(
         assert len({e["pid"] for e in samples["events"]}) == 2  # parent and child
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("program", "seconds"), [("sleepers", 10), ("pipe_late_writer", 8), ("condvar_timer", 8)]
@@ -386,6 +388,7 @@ def test_programs_that_only_wait_for_a_while_pass(
     assert report["timings"]["run_s"] >= seconds
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_quiescent_zero_turns_it_off(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
     opts = ["--startup", "4", "--stall", "4", "--quiescent", "0"]
