@@ -58,7 +58,7 @@ def rule_from_table(table: Mapping[str, Any], where: str) -> Rule:
             remedies=tuple(str(r) for r in table.get("remedies", ())),
             params=dict(table.get("params", {})),
         )
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise HarnessError(f"{where}: bad [[causes]] entry: missing or bad {exc}", USAGE) from exc
     if rule.detector not in DETECTORS:
         known = ", ".join(DETECTORS)
@@ -67,11 +67,25 @@ def rule_from_table(table: Mapping[str, Any], where: str) -> Rule:
         )
     if rule.confidence not in CONFIDENCE:
         raise HarnessError(f"{where}: cause {rule.id}: confidence must be high, medium or low")
+    patterns: list[object] = []
     if rule.detector == "output":
+        if "regex" not in rule.params:
+            raise HarnessError(f"{where}: cause {rule.id}: detector output needs params.regex")
+        patterns = [rule.params["regex"]]
+    elif rule.detector == "frames":
+        patterns = list(rule.params.get("functions", ()))
+    for pattern in patterns:
         try:
-            re.compile(str(rule.params.get("regex", "")))
+            re.compile(str(pattern))
         except re.error as exc:
             raise HarnessError(f"{where}: cause {rule.id}: bad regex: {exc}", USAGE) from exc
+    for text in (rule.sentence, *rule.remedies):
+        try:  # a template must format: `{field}` only (no positional or format specs)
+            text.format_map(_Fields())
+        except (IndexError, ValueError, KeyError, AttributeError) as exc:
+            raise HarnessError(
+                f"{where}: cause {rule.id}: bad template {text!r}: {exc}", USAGE
+            ) from exc
     return rule
 
 
@@ -94,6 +108,7 @@ def diagnose(facts: Facts, rules: Sequence[Rule]) -> list[Cause]:
     first; one cause per (id, sentence)."""
     compare = (
         f"harness compare {facts.env} --variants {facts.variant},{','.join(facts.fixes)}"
+        + (f" {facts.compare_args}" if facts.compare_args else "")
         if facts.env and facts.fixes
         else ""
     )

@@ -251,21 +251,6 @@ def evaluate(
 _FLAG = re.compile(r"^--(?P<section>[A-Za-z_][\w-]*)\.(?P<key>[\w-]+)=(?P<value>.*)$")
 
 
-def resolved_config(
-    tree: Path,
-    run_dir: Path,
-    env: str,
-    argv: Sequence[str],
-    config_files: Sequence[str],
-    since: float,
-) -> tuple[dict[str, dict[str, str]], str]:
-    """The run's config: its own end-of-run record (run_dir/logs/<env>/*.ini written since
-    the run began) when there is one, else the build tree's config files plus the
-    --sec.key=value arguments."""
-    log = endlogs.newest_log(run_dir, env, since)
-    return config_for(log, tree, env, argv, config_files)
-
-
 def config_for(
     log: Path | None, tree: Path, env: str, argv: Sequence[str], config_files: Sequence[str]
 ) -> tuple[dict[str, dict[str, str]], str]:

@@ -42,6 +42,8 @@ class Facts:
     env: str | None = None
     variant: str = "stock"
     fixes: tuple[str, ...] = ("omp-free",)  # variants that test a fix, for {compare}
+    # the run's own options that {compare} must repeat (--pin, --checkout, --env …)
+    compare_args: str = ""
     report_dir: Path = Path(".")
 
 
@@ -201,7 +203,16 @@ def detect_dead_worker(facts: Facts, params: Mapping[str, Any]) -> list[Match]:
     procs = _processes(s)
     out: list[Match] = []
     for e in s.events:
-        if e.event != "exit" or not e.status or e.status == "exited 0":
+        # only a death the watch loop saw the status of: a process that merely vanished
+        # between two looks ("status unknown") may have ended normally, reaped by its parent
+        if e.event != "exit" or not (
+            e.status.startswith("killed by")
+            or (
+                e.status.startswith("exited ")
+                and e.status.split()[1].isdigit()
+                and e.status != "exited 0"
+            )
+        ):
             continue
         parent = procs.get(e.ppid)
         if parent is None:
@@ -216,9 +227,7 @@ def detect_dead_worker(facts: Facts, params: Mapping[str, Any]) -> list[Match]:
             {
                 "pid": e.pid,
                 "name": e.name,
-                "status": "was killed"
-                if "unknown" in e.status
-                else e.status.replace("killed", "died", 1),
+                "status": e.status.replace("killed", "died", 1),
                 "t": f"{e.t:.1f}",
                 "parent": parent.pid,
                 "wait": where,

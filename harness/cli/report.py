@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError
 from harness.files import atomic_write
+from harness.outcome import USAGE
 from harness.report.console import print_summary
 from harness.report.html import render_html
 from harness.report.load import load_report
@@ -39,6 +41,9 @@ def command(args: argparse.Namespace) -> int:
         out: Path = args.out if args.out is not None else report.directory / "report.html"
         if out.is_dir():
             out = out / "report.html"
-        atomic_write(out, render_html(report, page_dir=out.parent))
+        try:
+            atomic_write(out, render_html(report, page_dir=out.parent))
+        except OSError as exc:  # a read-only artifact folder: say so, in one line
+            raise HarnessError(f"cannot write {out}: {exc.strerror or exc}", USAGE) from exc
         print(f"html: {out}")
     return 0

@@ -1,6 +1,7 @@
 """`harness sweep ENV`: config knobs × environment × variants, one run per cell, a matrix of
 verdicts and which knobs change the outcome. Exit 0 when every cell ran (whatever it
-found); 5 when the sweep itself could not run (bad knobs, unknown env or variant)."""
+found), 1 when some cell could not run (its row says why), 5 when the sweep itself could
+not run (bad knobs, unknown env or variant)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         description="Run the scenario once per cell of the cartesian product of --set, "
         "--env and --variants values, each cell a normal `harness run` with its own report, "
         "then print the matrix of verdicts and which knobs change the outcome. Exits 0 when "
-        "every cell ran, whatever it found; 5 when the sweep could not run.",
+        "every cell ran, whatever it found; 1 when some cell could not run; 5 when the sweep "
+        "could not run.",
     )
     options.add_env_argument(p)
     p.add_argument(
@@ -127,4 +129,4 @@ def command(args: argparse.Namespace) -> int:
         for line in result.conclusion:
             print(line)
         print(f"report: {out}")
-    return 0
+    return 1 if any(c.kind in ("error", "not run") for c in result.cells) else 0

@@ -20,7 +20,11 @@ FIXES = ("omp-free", "fixed")  # variants that test the reported fix, when the p
 
 
 def diagnose(
-    report: Report, pin: Pin | None, checkout: Path | None = None, commit: str | None = None
+    report: Report,
+    pin: Pin | None,
+    checkout: Path | None = None,
+    commit: str | None = None,
+    compare_args: str = "",
 ) -> None:
     v = report.verdict
     if v is None:
@@ -40,6 +44,7 @@ def diagnose(
         variant=report.variant.spec if report.variant else "stock",
         fixes=fixes,
         report_dir=report.directory,
+        compare_args=compare_args,
     )
     v.causes = causesmod.diagnose(facts, causesmod.load_rules(own))
     v.waits_for = _waits_for(report)

@@ -15,6 +15,7 @@ from pathlib import Path
 from harness import dashboard
 from harness.analysis import checks as checksmod
 from harness.analysis import classify, endlogs
+from harness.analysis.causes import load_rules
 from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import RunSettings, Scenario, load_scenario
 from harness.config.signatures import Signatures, load_signatures
@@ -46,8 +47,6 @@ from harness.report.model import (
     VariantInfo,
     plain,
 )
-
-BUILD_LOG_TAIL = 64 * 1024  # the end of the build log kept in the report
 
 
 def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: Signatures) -> None:
@@ -101,6 +100,24 @@ def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: Signatures
         report.verdict.exit_code = interrupted_code(outcome.interrupt_signal)
 
 
+def _compare_args(opts: RunOptions) -> str:
+    """The run's own options, for the `harness compare` a cause suggests: the suggestion must
+    test this setup, not the default one."""
+    argv: list[str] = []
+    for flag, value in (
+        ("--pin", opts.pin),
+        ("--checkout", opts.checkout),
+        ("--scenario", opts.scenario),
+        ("--steps", opts.steps),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    for key, value in opts.trainer_env.items():
+        argv += ["--env", f"{key}={value}"]
+    argv += [f"--arg={a}" for a in opts.trainer_args]
+    return shlex.join(argv)
+
+
 def _ticker(progress: LiveProgress | None) -> Callable[[runner.Tick], None] | None:
     if progress is None:
         return None
@@ -120,6 +137,7 @@ def run_env(opts: RunOptions) -> tuple[Report, int]:
     pin = load_pin(opts.pin or default_pin(opts.checkout))
     settings = scenario.settings(pin.lineage)
     check_env(pin, settings.upstream_env)
+    load_rules(pin.raw.get("causes", []))  # a pin's bad [[causes]] fails now, not after the run
     if opts.steps is not None:
         check_whole_epochs(opts, scenario, pin, settings, opts.steps)
     run_id = store.new_run_id(f"{scenario.env}-{opts.variant}")
@@ -232,7 +250,7 @@ def _run_env_stages(
         on_tick=_ticker(opts.progress),
     )
     _record_outcome(report, outcome, sigs)
-    diagnose(report, pin, opts.checkout, opts.commit)
+    diagnose(report, pin, opts.checkout, opts.commit, _compare_args(opts))
     save_endlog_evidence(report, run_dir, settings.upstream_env, outcome.started_at)
     endlog = endlogs.newest_log(run_dir, settings.upstream_env, outcome.started_at)
     if endlog is not None:
@@ -298,6 +316,8 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
     if opts.progress is not None:
         opts.progress.phase("run")
     try:
+        # everything after the launch too: a failure while diagnosing or writing still
+        # leaves a finished report, never one stuck at "running"
         with finishing(report):
             outcome = runner.run_watched(
                 spec,
@@ -306,13 +326,13 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
                 echo=sys.stderr if opts.tee else None,
                 on_tick=_ticker(opts.progress),
             )
+            _record_outcome(report, outcome, load_signatures())
+            diagnose(report, None)
+            interrupted = _interrupted_code(outcome)
+            store.finish(report, "interrupted" if interrupted else "complete")
     finally:
         if opts.progress is not None:
             opts.progress.close()
-    _record_outcome(report, outcome, load_signatures())
-    diagnose(report, None)
-    interrupted = _interrupted_code(outcome)
-    store.finish(report, "interrupted" if interrupted else "complete")
     verdict = report.verdict
     assert verdict is not None
     return report, interrupted if interrupted is not None else verdict.exit_code

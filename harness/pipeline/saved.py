@@ -10,6 +10,7 @@ passes."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 from dataclasses import dataclass, field
@@ -61,8 +62,9 @@ def check_saved(opts: CheckOptions) -> SavedCheck:
     saved: dict[str, object] = {}
     if report_json.name == "report.json" and report_json.is_file():
         status = store.load_status(report_json)
-        if status.abandoned:
-            status = store.mark_abandoned(status)  # a running report whose harness died
+        if status.abandoned:  # a running report whose harness died: record it, if we may
+            with contextlib.suppress(OSError):  # a read-only artifact is still checked
+                status = store.mark_abandoned(status)
         saved = status.data
         log = report_json.with_name("output.log")
     elif target.is_file():

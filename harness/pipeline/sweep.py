@@ -36,6 +36,7 @@ from harness.process import proctree, tools
 
 BUILD_TIMEOUT_S = 3600.0  # a cell's own harness applies the pin's build timeout; this bounds it
 MARGIN_S = 120.0  # startup, sampling and report writing on top of the cell's wall limit
+CELL_ENV_DROP = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")
 STOP_GRACE_S = 10.0  # a stopped cell's harness writes its partial report in this time
 
 
@@ -105,8 +106,10 @@ def parse_knobs(sets: Sequence[str], envs: Sequence[str], variant_list: str | No
             if kind == "set" and "." not in name:
                 raise HarnessError(f"--set needs section.key (e.g. vec.num_threads), got {name!r}")
             knobs.append(Knob(kind, name.lstrip("-"), vals))
-    if variant_list:
+    if variant_list is not None:
         vals = tuple(v.strip() for v in variant_list.split(",") if v.strip())
+        if not vals:
+            raise HarnessError(f"--variants names no variant: {variant_list!r}", USAGE)
         knobs.append(Knob("variant", "variant", vals))
     if not knobs:
         raise HarnessError("a sweep needs at least one --set, --env or --variants", USAGE)
@@ -145,6 +148,7 @@ def _harness_argv(base: RunOptions, cell: Cell, report_dir: Path) -> list[str]:
         ("--timeout", base.timeout_s),
         ("--startup", base.startup_s),
         ("--stall", base.stall_s),
+        ("--quiescent", base.quiescent_s),
         ("--steps", base.steps),
     ):
         if value is not None:
@@ -156,11 +160,12 @@ def _harness_argv(base: RunOptions, cell: Cell, report_dir: Path) -> list[str]:
     argv += [f"--arg={a}" for a in cell.trainer_args]
     if not base.sampling.enabled:
         argv.append("--no-sample")
+    argv += ["--native", base.sampling.native, "--python-stacks", base.sampling.python]
     return argv
 
 
-def _build_argv(base: RunOptions, variant: str) -> list[str]:
-    argv = [sys.executable, "-m", "harness", "build", base.env, "--variant", variant]
+def _build_argv(base: RunOptions, upstream_env: str, variant: str) -> list[str]:
+    argv = [sys.executable, "-m", "harness", "build", upstream_env, "--variant", variant]
     if base.pin:
         argv += ["--pin", base.pin]
     if base.checkout:
@@ -179,25 +184,32 @@ class _Cells:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.live: set[subprocess.Popen[bytes]] = set()
+        self.stopping = False
 
     def run(self, argv: list[str], timeout: float) -> tuple[int | None, str, str, bool]:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
         with self.lock:
+            if self.stopping:  # the sweep is being stopped: start nothing new
+                return None, "", "the sweep was stopped", False
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                # a cell's own summary and annotations would repeat the sweep's matrix
+                env={k: v for k, v in os.environ.items() if k not in CELL_ENV_DROP},
+            )
             self.live.add(proc)
         timed_out = False
         try:
-            try:
-                out, err = proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                self.stop(proc)
-                out, err = b"", b""
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self.stop(proc)
+            out, err = b"", b""
+        except BaseException:  # interrupted while waiting: this cell goes with the sweep
+            self.stop(proc)
+            raise
         finally:
             with self.lock:
                 self.live.discard(proc)
@@ -214,6 +226,7 @@ class _Cells:
 
     def stop_all(self) -> None:
         with self.lock:
+            self.stopping = True
             running = list(self.live)
         for proc in running:
             self.stop(proc)
@@ -286,7 +299,7 @@ def run_sweep(
         variants.parse_variant(spec, pin)
     result = SweepResult(base.env, list(knobs), cells, out)
     for spec in sorted({c.variant for c in cells}):
-        res = tools.run_tool(_build_argv(base, spec), BUILD_TIMEOUT_S)
+        res = tools.run_tool(_build_argv(base, settings.upstream_env, spec), BUILD_TIMEOUT_S)
         text = (res.stdout + res.stderr).strip().splitlines()
         result.builds[spec] = (
             "built" if res.returncode == 0 else f"failed: {text[-1] if text else ''}"
@@ -297,20 +310,27 @@ def run_sweep(
 
     def one(cell: Cell) -> None:
         nonlocal done
-        _run_cell(base, cell, out, limit_s, runner)
+        build = result.builds.get(cell.variant, "")
+        if build.startswith("failed"):  # its cells would only rebuild and fail in their limit
+            cell.kind, cell.summary = "error", f"the build of {cell.variant} {build}"
+        else:
+            _run_cell(base, cell, out, limit_s, runner)
         done += 1
         if on_cell is not None:
             on_cell(cell, done)
 
+    pool = ThreadPoolExecutor(max_workers=jobs) if jobs > 1 else None
     try:
-        if jobs <= 1:
+        if pool is None:
             for cell in cells:
                 one(cell)
         else:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                list(pool.map(one, cells))
+            list(pool.map(one, cells))
+            pool.shutdown(wait=True)
     except BaseException:  # interrupted: no cell may outlive the sweep
         runner.stop_all()
+        if pool is not None:  # queued cells never start; running ones were just stopped
+            pool.shutdown(wait=False, cancel_futures=True)
         raise
     result.conclusion = conclude(knobs, cells)
     return result

@@ -20,7 +20,6 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-PHASES = ("verify", "prepare", "build", "run", "sampling", "checks", "report")
 # without a terminal these print only once they last (the heartbeat): a command that fails
 # its setup ends with its one-line error alone, and a long build still shows it is alive
 SETUP_PHASES = ("start", "verify", "prepare", "build")
@@ -159,8 +158,3 @@ class LiveProgress:
             with contextlib.suppress(OSError, ValueError):
                 self._live.stop()
             self._live = None
-
-
-class NoProgress(LiveProgress):
-    def __init__(self) -> None:
-        super().__init__("", enabled=False, terminal=False)
