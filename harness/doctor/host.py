@@ -7,6 +7,7 @@ import os
 
 from harness.doctor.model import Probe, ProbeContext
 from harness.files import read_text
+from harness.process.cgroup import cpu_quota
 
 _UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a huge page-aligned number
 
@@ -15,7 +16,7 @@ def probe_cpu(ctx: ProbeContext) -> Probe:
     del ctx  # reads files only
     cpus = os.cpu_count() or 0
     affinity = len(os.sched_getaffinity(0))
-    quota = _cpu_quota()
+    quota = cpu_quota()
     effective = min(affinity, quota) if quota else affinity
     quota_text = f"cgroup cpu quota {quota:g}" if quota else "no cgroup cpu quota"
     detail = (
@@ -26,19 +27,6 @@ def probe_cpu(ctx: ProbeContext) -> Probe:
         hint = "the 5.0 workers busy-spin without yielding: on < 2 CPUs a run crawls like a hang"
         return Probe("", "warn", detail, hint)
     return Probe("", "ok", detail)
-
-
-def _cpu_quota() -> float | None:
-    """CPUs granted by the cgroup (v2 cpu.max, else v1 cfs quota), None when unlimited."""
-    v2 = (read_text("/sys/fs/cgroup/cpu.max") or "").split()
-    if len(v2) == 2 and v2[0] != "max":
-        return int(v2[0]) / int(v2[1])
-    for base in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"):
-        quota = (read_text(f"{base}/cpu.cfs_quota_us") or "").strip()
-        period = (read_text(f"{base}/cpu.cfs_period_us") or "").strip()
-        if quota.lstrip("-").isdigit() and period.isdigit() and int(quota) > 0:
-            return int(quota) / int(period)
-    return None
 
 
 def _memory_limit() -> str:

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 import psutil
 
 from harness.files import read_text
+from harness.process.cgroup import CGROUP_ROOT
+from harness.process.cgroup import cpu_quota as cgroup_cpu_quota
 from harness.process.tools import ToolResult, find_tool, permission_denied, run_tool
 from harness.sampling.frames import FrameContext, MemoryMap
 from harness.sampling.model import ProcessSample, SampleSet, ThreadStack
@@ -382,7 +384,7 @@ def _merge_tool(tools: dict[str, str], name: str, status: str) -> None:
         tools[name] = status
 
 
-def stack_workers(cgroup: str = "/sys/fs/cgroup") -> int:
+def stack_workers(cgroup: str = CGROUP_ROOT) -> int:
     """How many processes are dumped at once: the CPUs this process may run on, or the
     cgroup's CPU quota (rounded up) when that is lower; at least 1. A tool mostly waits
     on the kernel (attach, stop, memory reads) or reads symbols on one CPU, so one per
@@ -391,23 +393,10 @@ def stack_workers(cgroup: str = "/sys/fs/cgroup") -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    quota = _cgroup_cpu_quota(cgroup)
+    quota = cgroup_cpu_quota(cgroup)
     if quota is not None:
         cpus = min(cpus, math.ceil(quota))
     return max(1, cpus)
-
-
-def _cgroup_cpu_quota(root: str) -> float | None:
-    """CPUs granted by the cgroup (v2 cpu.max, else v1 cfs quota); None when unlimited."""
-    v2 = (read_text(f"{root}/cpu.max") or "").split()
-    if len(v2) == 2 and v2[0] != "max" and v2[0].isdigit() and v2[1].isdigit() and int(v2[1]):
-        return int(v2[0]) / int(v2[1])
-    for base in (f"{root}/cpu", f"{root}/cpu,cpuacct"):
-        quota = (read_text(f"{base}/cpu.cfs_quota_us") or "").strip()
-        period = (read_text(f"{base}/cpu.cfs_period_us") or "").strip()
-        if quota.isdigit() and period.isdigit() and int(quota) > 0 and int(period) > 0:
-            return int(quota) / int(period)
-    return None
 
 
 def collect_stacks(
