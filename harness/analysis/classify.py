@@ -11,6 +11,7 @@ import signal
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from harness import outcome
 from harness.analysis.causes import Cause
@@ -388,3 +389,12 @@ def located_frame(verdict: Verdict, samples: SampleSet | None) -> tuple[ThreadSt
             if frame.own and name == verdict.location and frame.file and frame.line:
                 return stack, frame
     return None
+
+
+def path_in_tree(file: str, tree: Path) -> Path | None:
+    """A frame's file relative to the build tree, or None when it lies outside: DWARF names
+    files as the compiler saw them, absolute or relative to the tree it ran in."""
+    path = Path(file)
+    if not path.is_absolute():
+        return path
+    return path.relative_to(tree) if path.is_relative_to(tree) else None

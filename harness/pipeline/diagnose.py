@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from harness.analysis import causes as causesmod
-from harness.analysis.classify import located_frame
+from harness.analysis.classify import located_frame, path_in_tree
 from harness.analysis.detectors import Facts
 from harness.config.pin import Pin
 from harness.errors import HarnessError
@@ -90,16 +90,13 @@ def _blame(report: Report, pin: Pin | None, checkout: Path | None, commit: str |
         v.blame_skipped = f"the source is {kind}, not a git checkout: no history to blame"
         return
     assert frame.file is not None and frame.line is not None
-    path = Path(frame.file)
     if report.build is None:
         v.blame_skipped = "no build tree to map the frame's file to the checkout"
         return
-    tree = report.build.tree
-    if path.is_absolute() and not path.is_relative_to(tree):
+    rel = path_in_tree(frame.file, report.build.tree)
+    if rel is None:
         v.blame_skipped = f"{frame.file} is not a file of the build tree"
         return
-    # DWARF names files as the compiler saw them: absolute, or relative to the build tree
-    rel = path.relative_to(tree) if path.is_absolute() else path
     try:
         root = locate_checkout(pin, checkout)
         v.blame = blamemod.blame_hang(

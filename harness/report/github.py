@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from harness import outcome
-from harness.analysis.classify import located_frame
+from harness.analysis.classify import located_frame, path_in_tree
 from harness.report import markdown
 from harness.report.model import Report
 
@@ -63,11 +63,9 @@ def located_line(r: Report, environ: Mapping[str, str] | None = None) -> tuple[s
     frame = found[1]
     assert frame.file is not None and frame.line is not None
     path = Path(frame.file)
-    # DWARF names files as the compiler saw them: absolute, or relative to the build tree
-    in_tree = not path.is_absolute() or (r.build is not None and path.is_relative_to(r.build.tree))
-    if r.build is not None and in_tree:
+    rel = path_in_tree(frame.file, r.build.tree) if r.build is not None else None
+    if rel is not None:
         root = _source_root(r, env)
-        rel = path.relative_to(r.build.tree) if path.is_absolute() else path
         path = root / rel if root is not None else rel
     workspace = Path(env.get("GITHUB_WORKSPACE") or Path.cwd()).resolve()
     if path.is_absolute() and path.is_relative_to(workspace):
