@@ -41,6 +41,37 @@ class RunOptions:
         return replace(self, **changes)
 
 
+def option_flags(opts: RunOptions, *, watch: bool = False) -> list[str]:
+    """The `harness run`/`compare` flags that repeat the setup of `opts` (pin, scenario,
+    checkout, steps, the trainer's --env and --arg); with `watch`, also how it is watched
+    (limits, drift, sampling). A sweep's cells and the compare a cause suggests use them."""
+    flags: list[str] = []
+    values: list[tuple[str, object]] = [
+        ("--pin", opts.pin),
+        ("--scenario", opts.scenario),
+        ("--checkout", opts.checkout),
+        ("--steps", opts.steps),
+    ]
+    if watch:
+        values += [
+            ("--timeout", opts.timeout_s),
+            ("--startup", opts.startup_s),
+            ("--stall", opts.stall_s),
+            ("--quiescent", opts.quiescent_s),
+        ]
+    for flag, value in values:
+        if value is not None:
+            flags += [flag, str(value)]
+    for key, value in opts.trainer_env.items():
+        flags += ["--env", f"{key}={value}"]
+    flags += [f"--arg={a}" for a in opts.trainer_args]
+    if watch:
+        flags += ["--allow-drift"] if opts.allow_drift else []
+        flags += [] if opts.sampling.enabled else ["--no-sample"]
+        flags += ["--native", opts.sampling.native, "--python-stacks", opts.sampling.python]
+    return flags
+
+
 @dataclass(frozen=True)
 class WatchOptions:
     argv: list[str]

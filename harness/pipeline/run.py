@@ -26,7 +26,7 @@ from harness.outcome import BUILD_FAILED, USAGE, interrupted_code
 from harness.pipeline.diagnose import diagnose
 from harness.pipeline.epochs import check_whole_epochs
 from harness.pipeline.evidence import save_build_evidence, save_endlog_evidence
-from harness.pipeline.options import RunOptions, WatchOptions
+from harness.pipeline.options import RunOptions, WatchOptions, option_flags
 from harness.pipeline.stages import (
     build_failed_verdict,
     default_pin,
@@ -98,24 +98,6 @@ def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: Signatures
     )
     if outcome.interrupt_signal:
         report.verdict.exit_code = interrupted_code(outcome.interrupt_signal)
-
-
-def _compare_args(opts: RunOptions) -> str:
-    """The run's own options, for the `harness compare` a cause suggests: the suggestion must
-    test this setup, not the default one."""
-    argv: list[str] = []
-    for flag, value in (
-        ("--pin", opts.pin),
-        ("--checkout", opts.checkout),
-        ("--scenario", opts.scenario),
-        ("--steps", opts.steps),
-    ):
-        if value is not None:
-            argv += [flag, str(value)]
-    for key, value in opts.trainer_env.items():
-        argv += ["--env", f"{key}={value}"]
-    argv += [f"--arg={a}" for a in opts.trainer_args]
-    return shlex.join(argv)
 
 
 def _ticker(progress: LiveProgress | None) -> Callable[[runner.Tick], None] | None:
@@ -250,7 +232,7 @@ def _run_env_stages(
         on_tick=_ticker(opts.progress),
     )
     _record_outcome(report, outcome, sigs)
-    diagnose(report, pin, opts.checkout, opts.commit, _compare_args(opts))
+    diagnose(report, pin, opts.checkout, opts.commit, shlex.join(option_flags(opts)))
     save_endlog_evidence(report, run_dir, settings.upstream_env, outcome.started_at)
     endlog = endlogs.newest_log(run_dir, settings.upstream_env, outcome.started_at)
     if endlog is not None:

@@ -30,7 +30,7 @@ from harness.config.pin import check_env, load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError
 from harness.outcome import USAGE
-from harness.pipeline.options import RunOptions
+from harness.pipeline.options import RunOptions, option_flags
 from harness.pipeline.stages import default_pin, limits_for
 from harness.process import proctree, tools
 
@@ -141,27 +141,8 @@ def cells_for(knobs: Sequence[Knob], base: RunOptions) -> list[Cell]:
 def _harness_argv(base: RunOptions, cell: Cell, report_dir: Path) -> list[str]:
     argv = [sys.executable, "-m", "harness", "run", base.env, "--variant", cell.variant]
     argv += ["--report-dir", str(report_dir), "--json", "--quiet"]  # the sweep reports cells
-    for flag, value in (
-        ("--pin", base.pin),
-        ("--scenario", base.scenario),
-        ("--checkout", base.checkout),
-        ("--timeout", base.timeout_s),
-        ("--startup", base.startup_s),
-        ("--stall", base.stall_s),
-        ("--quiescent", base.quiescent_s),
-        ("--steps", base.steps),
-    ):
-        if value is not None:
-            argv += [flag, str(value)]
-    if base.allow_drift:
-        argv.append("--allow-drift")
-    for key, value in cell.trainer_env.items():
-        argv += ["--env", f"{key}={value}"]
-    argv += [f"--arg={a}" for a in cell.trainer_args]
-    if not base.sampling.enabled:
-        argv.append("--no-sample")
-    argv += ["--native", base.sampling.native, "--python-stacks", base.sampling.python]
-    return argv
+    cell_opts = base.but(trainer_env=cell.trainer_env, trainer_args=cell.trainer_args)
+    return argv + option_flags(cell_opts, watch=True)
 
 
 def _build_argv(base: RunOptions, upstream_env: str, variant: str) -> list[str]:
