@@ -33,6 +33,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.harness-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing the harness and its tools into .venv (a minute or two the first time)"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   # the install log is kept and shown only on failure (build backends are chatty)
   if ! .venv/bin/python -m pip install -e '.[dev]' >.venv/pip-install.log 2>&1; then

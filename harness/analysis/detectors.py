@@ -125,8 +125,13 @@ def detect_openmp_after_fork(facts: Facts, params: Mapping[str, Any]) -> list[Ma
             f"pid {parent.pid} has an OpenMP team: {size} thread(s), "
             f"{len(team)} of them in {runtime} frames",
         ]
-        if born is not None:
-            evidence.append(f"pid {child.pid} was born at t={born:.1f}s, after the team started")
+        if born is not None and threads_before > 1:
+            evidence.append(
+                f"pid {child.pid} was born at t={born:.1f}s, when pid {parent.pid} already had "
+                f"{threads_before} threads"
+            )
+        elif born is not None:  # both were there at the first look: the order is not seen
+            evidence.append(f"pid {child.pid} was first seen at t={born:.1f}s")
         stuck = next(st for st in child_stacks if _uses(st.frames, OPENMP_MODULES))
         evidence.append(f"pid {child.pid} tid {stuck.tid}: {_stack_line(stuck)}")
         out.append(

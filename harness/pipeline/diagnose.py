@@ -86,8 +86,11 @@ def _blame(report: Report, pin: Pin | None, checkout: Path | None, commit: str |
         return
     frame = found[1]
     if pin is None or pin.source.kind != "git":
-        kind = pin.source.kind if pin is not None else "a watched command"
-        v.blame_skipped = f"the source is {kind}, not a git checkout: no history to blame"
+        what = f"a {pin.source.kind} source" if pin is not None else "a watched command"
+        v.blame_skipped = (
+            f"no history to blame: {what}, not a git checkout "
+            "(a git pin, or --checkout PATH, gives the commit behind the hang line)"
+        )
         return
     assert frame.file is not None and frame.line is not None
     if report.build is None:
