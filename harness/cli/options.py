@@ -41,26 +41,25 @@ class Parser(argparse.ArgumentParser):
         return parsed, extra
 
 
-def positive_seconds(text: str) -> float:
-    """A finite number of seconds above zero (a bad limit is a usage error, exit 5)."""
+def _seconds(text: str, zero_ok: bool) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds {bound}, got {text}")
     return value
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds above zero (a bad limit is a usage error, exit 5)."""
+    return _seconds(text, zero_ok=False)
 
 
 def non_negative_seconds(text: str) -> float:
     """A finite number of seconds, 0 or more (0 turns the limit off)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text}")
-    return value
+    return _seconds(text, zero_ok=True)
 
 
 def positive_int(text: str) -> int:
