@@ -39,13 +39,14 @@ def save_build_evidence(
     store.save(report)
 
 
-def save_endlog_evidence(report: Report, run_dir: Path, env: str, started_at: float) -> None:
+def save_endlog_evidence(report: Report, run_dir: Path, env: str, started_at: float) -> Path | None:
     """This run's end-of-run log (.ini and the .jsonl beside it), picked as the checks pick
-    it: the newest under run_dir/logs/<env> written since the run began."""
+    it: the newest under run_dir/logs/<env> written since the run began. Returns it."""
     log = endlogs.newest_log(run_dir, env, started_at)
     if log is None:
-        return
+        return None
     rel = f"run/logs/{env}/{ENDLOG_STEM}"
     report.notes.append(f"end-of-run log {log} kept as {EVIDENCE_DIR}/{rel}.ini")
     store.copy_evidence(report, "endlog_ini", log, f"{rel}.ini")
     store.copy_evidence(report, "endlog_jsonl", log.with_suffix(".jsonl"), f"{rel}.jsonl")
+    return log

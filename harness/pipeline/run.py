@@ -233,8 +233,7 @@ def _run_env_stages(
     )
     _record_outcome(report, outcome, sigs)
     diagnose(report, pin, opts.checkout, opts.commit, shlex.join(option_flags(opts)))
-    save_endlog_evidence(report, run_dir, settings.upstream_env, outcome.started_at)
-    endlog = endlogs.newest_log(run_dir, settings.upstream_env, outcome.started_at)
+    endlog = save_endlog_evidence(report, run_dir, settings.upstream_env, outcome.started_at)
     if endlog is not None:
         report.progress.final_metrics = endlogs.log_metrics(endlog)
     store.save(report, "check")
