@@ -7,6 +7,22 @@ code or its flags: they read them here. README's "Exit codes" table is tested ag
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    """Every verdict kind, once; `OUTCOMES` gives each its exit code and flags."""
+
+    PASS = "pass"
+    CHECK_FAILED = "check-failed"
+    HANG = "hang"
+    CRASH = "crash"
+    ERROR_EXIT = "error-exit"
+    BUILD_FAILED = "build-failed"
+    TIMEOUT_PROGRESSING = "timeout-progressing"
+    INTERRUPTED = "interrupted"
+    ERROR = "error"  # a multi-run row whose run could not be prepared
+
 
 # exit codes that are not a verdict
 USAGE = 5  # bad input: unknown env/scenario/variant, malformed TOML, missing checkout, drift …
@@ -19,7 +35,7 @@ BISECT_ABORT = 255  # `git bisect run` stops on any exit code >= 128; 255 is "ab
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str
+    kind: Kind
     exit_code: int
     failure: bool  # the run found something wrong, or could not finish
     reproduced: bool  # a baseline with this kind reproduces the failure sought
@@ -28,17 +44,24 @@ class Outcome:
 
 
 _ALL = (
-    Outcome("pass", 0, False, False, "bold green", "the trainer ran to the end and passed"),
+    Outcome(Kind.PASS, 0, False, False, "bold green", "the trainer ran to the end and passed"),
     Outcome(
-        "check-failed", 1, True, True, "bold yellow", "the run finished but a scenario check failed"
+        Kind.CHECK_FAILED,
+        1,
+        True,
+        True,
+        "bold yellow",
+        "the run finished but a scenario check failed",
     ),
-    Outcome("hang", 2, True, True, "bold red", "a hang: deadlock, spin, exit-blocked or stopped"),
-    Outcome("crash", 3, True, True, "bold red", "the trainer died by a signal (SIGSEGV …)"),
-    Outcome("error-exit", 3, True, True, "bold red", "the trainer exited non-zero by itself"),
-    Outcome("build-failed", 4, True, False, "bold magenta", "the upstream's build failed"),
+    Outcome(
+        Kind.HANG, 2, True, True, "bold red", "a hang: deadlock, spin, exit-blocked or stopped"
+    ),
+    Outcome(Kind.CRASH, 3, True, True, "bold red", "the trainer died by a signal (SIGSEGV …)"),
+    Outcome(Kind.ERROR_EXIT, 3, True, True, "bold red", "the trainer exited non-zero by itself"),
+    Outcome(Kind.BUILD_FAILED, 4, True, False, "bold magenta", "the upstream's build failed"),
     # the wall limit cut a run that was still making progress: too slow, not the bug sought
     Outcome(
-        "timeout-progressing",
+        Kind.TIMEOUT_PROGRESSING,
         6,
         True,
         False,
@@ -47,7 +70,7 @@ _ALL = (
     ),
     # a signal stopped the harness; the exit code is INTERRUPTED_BASE + the signal number
     Outcome(
-        "interrupted",
+        Kind.INTERRUPTED,
         INTERRUPTED_BASE + 2,
         True,
         False,
@@ -56,26 +79,26 @@ _ALL = (
     ),
     # compare/bisect/sweep rows whose run could not be prepared (a variant that does not
     # apply to a commit, a missing tool): a row, not a verdict of the trainer
-    Outcome("error", USAGE, True, False, "bold magenta", "the run could not be prepared"),
+    Outcome(Kind.ERROR, USAGE, True, False, "bold magenta", "the run could not be prepared"),
 )
 
-OUTCOMES: dict[str, Outcome] = {o.kind: o for o in _ALL}
+OUTCOMES: dict[Kind, Outcome] = {o.kind: o for o in _ALL}
 KINDS = tuple(OUTCOMES)
 REPRODUCED = frozenset(o.kind for o in _ALL if o.reproduced)
 
-PASS = OUTCOMES["pass"].exit_code
-CHECK_FAILED = OUTCOMES["check-failed"].exit_code
-HANG = OUTCOMES["hang"].exit_code
-CRASH = OUTCOMES["crash"].exit_code  # crash or error exit of the trainer
-BUILD_FAILED = OUTCOMES["build-failed"].exit_code
-TIMEOUT_PROGRESSING = OUTCOMES["timeout-progressing"].exit_code
+PASS = OUTCOMES[Kind.PASS].exit_code
+CHECK_FAILED = OUTCOMES[Kind.CHECK_FAILED].exit_code
+HANG = OUTCOMES[Kind.HANG].exit_code
+CRASH = OUTCOMES[Kind.CRASH].exit_code  # crash or error exit of the trainer
+BUILD_FAILED = OUTCOMES[Kind.BUILD_FAILED].exit_code
+TIMEOUT_PROGRESSING = OUTCOMES[Kind.TIMEOUT_PROGRESSING].exit_code
 
 
 def get(kind: str) -> Outcome:
     """The registered outcome of `kind`; an unknown kind is a harness bug."""
     try:
-        return OUTCOMES[kind]
-    except KeyError:
+        return OUTCOMES[Kind(kind)]
+    except ValueError:
         raise ValueError(f"unknown verdict kind {kind!r} (known: {', '.join(KINDS)})") from None
 
 
@@ -93,9 +116,19 @@ def reproduces(kind: str) -> bool:
 
 def style(kind: str) -> str:
     """A kind's display style; statuses that are not kinds (running, failed) are plain bold."""
-    o = OUTCOMES.get(kind)
-    return o.style if o else "bold"
+    try:
+        return OUTCOMES[Kind(kind)].style
+    except ValueError:
+        return "bold"
 
 
 def interrupted_code(signum: int) -> int:
     return INTERRUPTED_BASE + signum
+
+
+def kind_of(value: object, what: str = "verdict kind") -> Kind:
+    """`value` as a registered kind, or a ValueError that lists the known ones."""
+    try:
+        return Kind(str(value))
+    except ValueError:
+        raise ValueError(f"{what}: {value!r} is not one of {', '.join(KINDS)}") from None

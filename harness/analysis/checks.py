@@ -299,8 +299,7 @@ def apply_to_verdict(verdict: Any, results: Sequence[CheckResult]) -> None:
     failed = [r for r in results if r.status == "fail"]
     if verdict.kind != "pass" or not failed:
         return
-    verdict.kind = "check-failed"
-    verdict.exit_code = outcome.CHECK_FAILED
+    verdict.become(outcome.Kind.CHECK_FAILED)
     first = failed[0]
     why = (
         f" ({first.message})"

@@ -10,15 +10,17 @@ from __future__ import annotations
 import signal
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 
 from harness import outcome
 from harness.analysis.causes import Cause
 from harness.config.signatures import Signatures
 from harness.execute.watchdog import Trigger
+from harness.outcome import Kind
 from harness.sampling.model import Frame, SampleSet, ThreadStack
 from harness.source.blame import HangBlame
+from harness.vocab import Mechanism
 
 BUSY_FRACTION = 0.5  # a thread using at least half a core between snapshots is busy
 # ... and so is one that was runnable (R) in every snapshot and got CPU: on a loaded machine
@@ -38,25 +40,42 @@ CRASH_SIGNALS = {
 
 @dataclass
 class Verdict:
-    # pass | hang | crash | error-exit | timeout-progressing | check-failed | build-failed
-    # | interrupted
-    kind: str
+    """What happened. Build one with `Verdict(kind, summary, …)`: the exit code is never
+    given, it comes from the outcome registry (`outcome.exit_code(kind)`), and for an
+    interrupted run from the signal (`signum`: exit 128 + N)."""
+
+    kind: Kind
     summary: str
-    mechanism: str | None = None  # deadlock | spin | exit-blocked | stopped (hangs only)
-    location: str | None = None  # e.g. "env_start"
+    mechanism: Mechanism | None = None  # hangs only
+    location: str | None = None  # e.g. the upstream function the hang is in
     location_frames: list[str] = field(
         default_factory=list
     )  # own frame, then runtime frames inward
     runtime: list[str] = field(default_factory=list)  # runtime pattern names under the location
     evidence: list[str] = field(default_factory=list)
-    exit_code: int = outcome.PASS
     # why, and what to try (analysis/causes.py), most confident first
     causes: list[Cause] = field(default_factory=list)
     # the commit behind the located line (and its OpenMP pragma), in a git checkout
     blame: HangBlame | None = None
     blame_skipped: str = ""  # why there is no blame, when a hang was located
-    # who waits for whom: "pid 100 waits for child pid 101, which is blocked in env_start"
+    # who waits for whom: "pid 100 waits for child pid 101, which is blocked in <location>"
     waits_for: str = ""
+    signum: InitVar[int | None] = None  # an interrupted run: the signal that stopped it
+    exit_code: int = field(init=False)
+
+    def __post_init__(self, signum: int | None) -> None:
+        self.kind = outcome.kind_of(self.kind)
+        if self.mechanism is not None:
+            self.mechanism = Mechanism(self.mechanism)
+        self.exit_code = outcome.exit_code(self.kind)
+        if self.kind is Kind.INTERRUPTED and signum:
+            self.exit_code = outcome.interrupted_code(signum)
+
+    def become(self, kind: Kind, *, signum: int | None = None) -> None:
+        """Change the kind (a passing run whose checks failed, an interrupted one); the exit
+        code follows from the registry again."""
+        self.kind = kind
+        self.__post_init__(signum)
 
 
 # ---------------------------------------------------------------- stacks
@@ -166,7 +185,9 @@ def _mechanism_hint(view: ThreadView, sigs: Signatures) -> str | None:
 # ---------------------------------------------------------------- hang
 
 
-def _mechanism(views: list[ThreadView], sigs: Signatures) -> tuple[str, list[ThreadView], str]:
+def _mechanism(
+    views: list[ThreadView], sigs: Signatures
+) -> tuple[Mechanism, list[ThreadView], str]:
     """(mechanism, the threads where the hang sits, why)."""
     by_pid: dict[int, list[ThreadView]] = {}
     for v in views:
@@ -174,7 +195,7 @@ def _mechanism(views: list[ThreadView], sigs: Signatures) -> tuple[str, list[Thr
     stopped = [v for v in views if v.states and all(s in "Tt" for s in v.states)]
     if stopped and len(stopped) == len([v for v in views if v.states]):
         return (
-            "stopped",
+            Mechanism.STOPPED,
             stopped,
             "every thread is stopped (state T): a job-control or debugger stop",
         )
@@ -183,14 +204,14 @@ def _mechanism(views: list[ThreadView], sigs: Signatures) -> tuple[str, list[Thr
         others = [t for t in threads if not t.is_main and t.last_state not in "ZX"]
         if main is not None and main.last_state in "ZX" and others:
             return (
-                "exit-blocked",
+                Mechanism.EXIT_BLOCKED,
                 others,
                 f"pid {pid}: the main thread has exited (state Z) but {len(others)} thread(s) keep "
                 "the process alive",
             )
         if main is not None and _mechanism_hint(main, sigs) == "exit-blocked":
             return (
-                "exit-blocked",
+                Mechanism.EXIT_BLOCKED,
                 others or [main],
                 f"pid {pid}: the main thread has finished and waits for non-daemon threads at "
                 "interpreter shutdown",
@@ -198,9 +219,13 @@ def _mechanism(views: list[ThreadView], sigs: Signatures) -> tuple[str, list[Thr
     busy = [v for v in views if v.busy]
     if busy:
         pct = ", ".join(f"tid {v.tid} {v.cpu_fraction:.0%}" for v in busy)
-        return "spin", busy, f"busy threads with no progress: {pct}"
+        return Mechanism.SPIN, busy, f"busy threads with no progress: {pct}"
     active = [v for v in views if not _is_passive(v, sigs)] or views
-    return "deadlock", active, "every thread is blocked (no thread used CPU between snapshots)"
+    return (
+        Mechanism.DEADLOCK,
+        active,
+        "every thread is blocked (no thread used CPU between snapshots)",
+    )
 
 
 def _thread_line(v: ThreadView, sigs: Signatures) -> str:
@@ -233,12 +258,12 @@ def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> V
     evidence = [reason]
     if samples is None or not samples.activity:
         evidence.append("no thread samples were taken (sampling disabled or the tree was gone)")
-        return Verdict("hang", "hang: " + reason, evidence=evidence, exit_code=outcome.HANG)
+        return Verdict(Kind.HANG, "hang: " + reason, evidence=evidence)
     views = _views(samples)
     mechanism, culprits, why = _mechanism(views, sigs)
     evidence.append(f"mechanism {mechanism}: {why}")
     picked = _pick_location(culprits, sigs)
-    if picked is None and mechanism == "spin":
+    if picked is None and mechanism is Mechanism.SPIN:
         # the busy threads run no code of the program (an OpenMP pool spinning in its
         # runtime, OMP_WAIT_POLICY=active): the hang is where the program itself is stuck
         others = [v for v in views if v not in culprits]
@@ -275,14 +300,13 @@ def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> V
     where = f" in {location}" if location else ""
     under = f" ({' ← '.join(runtime)})" if runtime else ""
     return Verdict(
-        "hang",
+        Kind.HANG,
         f"hang ({mechanism}){where}{under}",
         mechanism=mechanism,
         location=location,
         location_frames=frames,
         runtime=runtime,
         evidence=evidence,
-        exit_code=outcome.HANG,
     )
 
 
@@ -291,9 +315,9 @@ def classify_quiescent(samples: SampleSet | None, reason: str, sigs: Signatures)
     deadlock, located by the stacks; "exit-blocked" is kept when the stacks say so (a
     deadlock at exit), and nothing that ran can be a spin."""
     verdict = classify_hang(samples, reason, sigs)
-    if verdict.mechanism not in ("deadlock", "exit-blocked"):
+    if verdict.mechanism not in (Mechanism.DEADLOCK, Mechanism.EXIT_BLOCKED):
         old = verdict.mechanism
-        verdict.mechanism = "deadlock"
+        verdict.mechanism = Mechanism.DEADLOCK
         verdict.summary = (
             verdict.summary.replace(f"hang ({old})", "hang (deadlock)", 1)
             if old
@@ -332,23 +356,19 @@ def classify_exit(returncode: int, tail: Sequence[str], sigs: Signatures) -> Ver
     explained = explain_output(tail, sigs)
     last = [f"output: {line}" for line in tail[-5:] if line.strip()]
     if returncode == 0:
-        return Verdict("pass", "exited 0", exit_code=outcome.PASS)
+        return Verdict(Kind.PASS, "exited 0")
     sig = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
     via = "" if returncode < 0 else f" (exit status {returncode} = 128 + signal)"
     if sig and (returncode < 0 or sig in CRASH_SIGNALS):
         name = _signal_name(sig)
         return Verdict(
-            "crash",
+            Kind.CRASH,
             f"crash: killed by {name}{via}" + (f": {explained[0]}" if explained else ""),
             evidence=[f"terminated by {name}{via}", *explained, *last],
-            exit_code=outcome.CRASH,
         )
     summary = f"error-exit: status {returncode}" + (f": {explained[0]}" if explained else "")
     return Verdict(
-        "error-exit",
-        summary,
-        evidence=[f"exit status {returncode}", *explained, *last],
-        exit_code=outcome.CRASH,
+        Kind.ERROR_EXIT, summary, evidence=[f"exit status {returncode}", *explained, *last]
     )
 
 
@@ -365,15 +385,14 @@ def classify(
         assert returncode is not None
         return classify_exit(returncode, tail, sigs)
     if trigger is Trigger.INTERRUPT:  # the caller sets exit_code to 128 + the signal
-        return Verdict("interrupted", f"interrupted: {reason}", evidence=[reason])
+        return Verdict(Kind.INTERRUPTED, f"interrupted: {reason}", evidence=[reason])
     if trigger is Trigger.QUIESCENT:
         return classify_quiescent(samples, reason, sigs)
     if trigger is Trigger.WALL and progressing:
         return Verdict(
-            "timeout-progressing",
+            Kind.TIMEOUT_PROGRESSING,
             "wall-clock limit reached while the run was still making progress",
             evidence=[reason],
-            exit_code=outcome.TIMEOUT_PROGRESSING,
         )
     return classify_hang(samples, reason, sigs)
 

@@ -18,12 +18,12 @@ from harness.bisect.model import (
     Setup,
     StepRecord,
 )
+from harness.config.defaults import default_pin
 from harness.config.pin import check_env, load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError, Interrupted
 from harness.pipeline.options import RunOptions
 from harness.pipeline.run import run_env
-from harness.pipeline.stages import default_pin
 from harness.report.model import Report
 from harness.source.git import locate_checkout
 from harness.source.gitrepo import CommitInfo, toplevel

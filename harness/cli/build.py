@@ -7,9 +7,10 @@ import sys
 from typing import Any
 
 from harness.cli import options
+from harness.config.defaults import default_pin
 from harness.config.pin import check_env, load_pin
 from harness.outcome import BUILD_FAILED
-from harness.pipeline.stages import build_failed_verdict, default_pin, verify_prepare_build
+from harness.pipeline.stages import build_failed_verdict, verify_prepare_build
 
 NAME = "build"
 

@@ -176,9 +176,9 @@ def add_progress_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no live progress (stderr)")
 
 
-def progress(args: argparse.Namespace, label: str) -> LiveProgress | None:
+def progress(args: argparse.Namespace, label: str) -> LiveProgress:
     if getattr(args, "quiet", False):
-        return None
+        return LiveProgress.off()
     return LiveProgress(label, every_s=getattr(args, "progress_every", 10.0))
 
 

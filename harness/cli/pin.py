@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import pin as pinmod
+from harness.config.defaults import default_pin
 from harness.errors import HarnessError
 from harness.outcome import USAGE
-from harness.pipeline.stages import default_pin
 from harness.report.model import plain
 from harness.source import git as gitsource
 from harness.source import gitrepo, verify_source

@@ -79,6 +79,9 @@ class Pin:
     config_files: tuple[str, ...]  # relative to the build tree, "{env}" expanded
     files: dict[str, str]  # path relative to the source root → sha256 (or UNVERIFIED…)
     variants: dict[str, str]  # alias → variant spec
+    # the variants that test the reported fix (aliases or specs): a cause's "test the fix"
+    # and the default of `harness compare`; empty when the pin knows of no fix
+    fixes: tuple[str, ...]
     signatures: tuple[Pattern, ...]
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
     # this pin's name, then the pins it extends, nearest first: a scenario's [pin.<name>]
@@ -186,6 +189,7 @@ def _parse_pin(data: dict[str, Any], file: Path, lineage: tuple[str, ...]) -> Pi
         config_files=tuple(run.get("config_files", ("config/default.ini", "config/{env}.ini"))),
         files=_str_map(data.get("files", {}), f"{where} [files]"),
         variants=_str_map(data.get("variants", {}), f"{where} [variants]"),
+        fixes=_str_list(data.get("fixes", []), f"{where} fixes"),
         signatures=tuple(
             pattern_from_table(t, f"{where} [[signatures]]") for t in data.get("signatures", [])
         ),
@@ -314,6 +318,7 @@ def describe_pin(pin: Pin) -> str:
         f"  build:    {_one_line(pin.build_command)}  (tools: {', '.join(pin.build_tools) or '-'})",
         f"  run:      {pin.run_command}  (parser: {pin.parser})",
         f"  variants: {', '.join(f'{k} = {v}' for k, v in pin.variants.items()) or '-'}",
+        f"  fixes:    {', '.join(pin.fixes) or '-'}",
         f"  signatures: {', '.join(sig.name for sig in pin.signatures) or '-'}",
         "  files:",
     ]

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness import outcome, variants
+from harness.config.defaults import default_pin
 from harness.config.pin import load_pin
 from harness.errors import HarnessError
 from harness.pipeline.options import RunOptions
 from harness.pipeline.run import run_env
-from harness.pipeline.stages import default_pin
 
 
 @dataclass

@@ -33,8 +33,8 @@ class RunOptions:
     sampling: SampleOptions = field(default_factory=SampleOptions)
     tee: bool = False
     harness_argv: list[str] = field(default_factory=list)
-    # live progress on stderr (a terminal line, or plain lines in CI); None: silent
-    progress: LiveProgress | None = field(default=None, compare=False, repr=False)
+    # live progress on stderr (a terminal line, or plain lines in CI); off: silent
+    progress: LiveProgress = field(default_factory=LiveProgress.off, compare=False, repr=False)
 
     def but(self, **changes: Any) -> RunOptions:
         """A copy with some fields changed (one variant of a compare, one commit of a bisect)."""
@@ -86,7 +86,7 @@ class WatchOptions:
     sampling: SampleOptions = field(default_factory=SampleOptions)
     tee: bool = False
     harness_argv: list[str] = field(default_factory=list)
-    progress: LiveProgress | None = field(default=None, compare=False, repr=False)
+    progress: LiveProgress = field(default_factory=LiveProgress.off, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

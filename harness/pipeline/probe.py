@@ -7,9 +7,10 @@ import shutil
 from pathlib import Path
 
 from harness.analysis import probe as probemod
+from harness.config.defaults import default_pin
 from harness.config.pin import load_pin
 from harness.config.scenario import load_scenario
-from harness.pipeline.stages import default_pin, prepare_tree
+from harness.pipeline.stages import prepare_tree
 from harness.source import verify_source
 
 

@@ -16,20 +16,20 @@ from harness import dashboard
 from harness.analysis import checks as checksmod
 from harness.analysis import classify, endlogs
 from harness.analysis.causes import load_rules
+from harness.config.defaults import default_pin
 from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import RunSettings, Scenario, load_scenario
 from harness.config.signatures import Signatures, load_signatures
 from harness.errors import HarnessError, Interrupted
 from harness.execute import runner
 from harness.execute.watchdog import Limits
-from harness.outcome import BUILD_FAILED, USAGE, interrupted_code
+from harness.outcome import BUILD_FAILED, USAGE, Kind, interrupted_code
 from harness.pipeline.diagnose import diagnose
 from harness.pipeline.epochs import check_whole_epochs
 from harness.pipeline.evidence import save_build_evidence, save_endlog_evidence
 from harness.pipeline.options import RunOptions, WatchOptions, option_flags
 from harness.pipeline.stages import (
     build_failed_verdict,
-    default_pin,
     limits_for,
     verify_prepare_build,
 )
@@ -97,7 +97,7 @@ def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: Signatures
         sigs,
     )
     if outcome.interrupt_signal:
-        report.verdict.exit_code = interrupted_code(outcome.interrupt_signal)
+        report.verdict.become(Kind.INTERRUPTED, signum=outcome.interrupt_signal)
 
 
 def _ticker(progress: LiveProgress | None) -> Callable[[runner.Tick], None] | None:
@@ -158,19 +158,14 @@ def finishing(report: Report) -> Iterator[None]:
         report.notes.append(exc.message)
         if exc.exit_code == BUILD_FAILED and report.verdict is None:
             report.verdict = classify.Verdict(
-                "build-failed",
-                f"build failed: {exc.message}",
-                evidence=[exc.message],
-                exit_code=BUILD_FAILED,
+                Kind.BUILD_FAILED, f"build failed: {exc.message}", evidence=[exc.message]
             )
         store.finish(report, "failed")
         raise
     except Interrupted as exc:
         report.notes.append(f"interrupted by signal {exc.signum} at stage {report.stage}")
         report.verdict = report.verdict or classify.Verdict(
-            "interrupted",
-            f"interrupted at stage {report.stage}",
-            exit_code=interrupted_code(exc.signum),
+            Kind.INTERRUPTED, f"interrupted at stage {report.stage}", signum=exc.signum
         )
         store.finish(report, "interrupted")
         raise

@@ -4,7 +4,6 @@ read) and build it (cached)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,19 +15,13 @@ from harness.config.pin import Pin
 from harness.config.scenario import RunSettings
 from harness.errors import HarnessError
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S, Limits
-from harness.outcome import BUILD_FAILED, USAGE
+from harness.outcome import USAGE, Kind
 from harness.pipeline.options import RunOptions
 from harness.report import store
 from harness.report.live import LiveProgress
 from harness.report.model import Report
 from harness.source import source_for, verify_source
 from harness.source.verify import Verification
-
-
-def default_pin(checkout: Path | None) -> str:
-    """pufferlib-5.0 when a checkout is configured, else the embedded replica."""
-    configured = checkout or os.environ.get("HARNESS_CHECKOUT")
-    return "pufferlib-5.0" if configured else "replica"
 
 
 def prepare_tree(
@@ -115,12 +108,11 @@ def verify_prepare_build(
 def build_failed_verdict(built: buildmod.BuildResult) -> Verdict:
     hint = f" (hint: {built.hint})" if built.hint else ""
     return Verdict(
-        "build-failed",
+        Kind.BUILD_FAILED,
         f"build failed: {built.first_error}{hint}",
         evidence=[
             built.first_error,
             *([f"hint: {built.hint}"] if built.hint else []),
             f"build log: {built.log_path}",
         ],
-        exit_code=BUILD_FAILED,
     )

@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import variants
+from harness.config.defaults import default_pin
 from harness.config.pin import check_env, load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError
 from harness.outcome import USAGE
 from harness.pipeline.options import RunOptions, option_flags
-from harness.pipeline.stages import default_pin, limits_for
+from harness.pipeline.stages import limits_for
 from harness.process import proctree, tools
 
 BUILD_TIMEOUT_S = 3600.0  # a cell's own harness applies the pin's build timeout; this bounds it

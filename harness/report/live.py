@@ -93,6 +93,12 @@ class LiveProgress:
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
 
+    @classmethod
+    def off(cls) -> LiveProgress:
+        """Progress that shows nothing (--quiet, --json, a test): callers never check for
+        None, they report to this."""
+        return cls("", enabled=False)
+
     def _start_live(self) -> None:
         if self._live is None and self.enabled and self.terminal:
             console = Console(file=self.stream, highlight=False)

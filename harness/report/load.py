@@ -9,6 +9,7 @@ value of its type; a JSON null stays None. Only what is not a report at all is a
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import json
 import types
@@ -20,7 +21,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.execute.watchdog import Limits
-from harness.outcome import USAGE
+from harness.outcome import INTERRUPTED_BASE, USAGE, Kind
 from harness.report.model import Report
 from harness.sampling import frames as _frames  # noqa: F401  (Frame's subclasses, by JSON keys)
 
@@ -65,8 +66,17 @@ def report_from_json(data: dict[str, Any], directory: Path) -> Report:
     if isinstance(limits, dict) and "quiescent_s" in _field_names(Limits):
         # a report from before the quiescence window had none
         fields["limits"] = {"quiescent_s": 0.0, **limits}
-    report = _build(Report, {**fields, "directory": str(directory)})
+    try:
+        report = _build(Report, {**fields, "directory": str(directory)})
+    except (_Mismatch, ValueError) as exc:  # e.g. a verdict kind this harness does not know
+        why = str(exc) or "a required value does not fit its type"
+        raise HarnessError(f"{directory}: not a harness report this version reads: {why}") from exc
     assert isinstance(report, Report)
+    verdict, saved = report.verdict, data.get("verdict")
+    if verdict is not None and isinstance(saved, dict):
+        code = saved.get("exit_code")
+        if verdict.kind is Kind.INTERRUPTED and isinstance(code, int) and code > INTERRUPTED_BASE:
+            verdict.become(Kind.INTERRUPTED, signum=code - INTERRUPTED_BASE)
     return report
 
 
@@ -159,6 +169,8 @@ def _converter(tp: Any) -> Converter:
         return _raw
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return functools.partial(_build, tp)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return functools.partial(_member, tp)
     if origin in (list, tuple) or tp in (list, tuple):
         if origin is tuple and args and args[-1] is not Ellipsis:
             return functools.partial(_fixed_tuple, tuple(_converter(a) for a in args))
@@ -224,6 +236,14 @@ def _scalar(tp: Any, value: Any) -> Any:
     raise _Mismatch
 
 
+def _member(tp: type[enum.Enum], value: Any) -> Any:
+    """A closed vocabulary's member (harness/vocab.py): an unknown word does not fit."""
+    try:
+        return tp(value)
+    except ValueError:
+        raise _Mismatch from None
+
+
 def _empty(tp: Any) -> Any:
     """A value of type `tp` for a required field the JSON lacks."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -239,5 +259,7 @@ def _empty(tp: Any) -> Any:
         return ()
     if origin is dict or tp is dict:
         return {}
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        raise ValueError(f"a required {tp.__name__} is missing or not one of its words")
     simple: dict[Any, Any] = {str: "", int: 0, float: 0.0, bool: False, Path: Path()}
     return simple.get(tp)

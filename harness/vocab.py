@@ -1,0 +1,159 @@
+"""The closed vocabularies of the harness, each defined once. Every field whose value comes
+from a fixed set is typed with one of these; report.json, the pins and the CLI keep the
+same strings (a `StrEnum` member *is* its string, so JSON and comparisons are unchanged).
+Verdict kinds live with their exit codes in `harness.outcome` (`Kind`).
+
+A new member is a new word in the documented schema: add it here, and the docs tests
+(tests/test_docs.py) say which page must mention it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TypeVar
+
+E = TypeVar("E", bound=StrEnum)
+
+
+class Mechanism(StrEnum):
+    """How a hang hangs (verdict.mechanism)."""
+
+    DEADLOCK = "deadlock"  # every thread blocked
+    SPIN = "spin"  # a thread burns CPU while the others wait
+    EXIT_BLOCKED = "exit-blocked"  # the main thread finished, others keep the process alive
+    STOPPED = "stopped"  # SIGSTOPped / traced
+
+
+class TriggerKind(StrEnum):
+    """What ended the watching (report.trigger.kind)."""
+
+    STARTUP = "startup"
+    STALL = "stall"
+    WALL = "wall"
+    QUIESCENT = "quiescent"
+
+
+class StackToolName(StrEnum):
+    """The stack tools (sampling/stacks.py TOOLS): a frame's source, a --native choice."""
+
+    EU_STACK = "eu-stack"
+    GDB = "gdb"
+    PY_SPY = "py-spy"
+
+
+class SourceKind(StrEnum):
+    """Where a pin's source comes from ([source] kind)."""
+
+    GIT = "git"
+    PYPI = "pypi"
+    PATH = "path"
+
+
+class VariantKind(StrEnum):
+    """One change a variant makes to the source."""
+
+    OMP_FREE = "omp-free"
+    PATCH = "patch"
+    REF = "ref"
+    ENV = "env"
+
+
+class BisectRole(StrEnum):
+    """Why a commit was tested during a bisect."""
+
+    GOOD_END = "good-end"
+    BAD_END = "bad-end"
+    SEARCH = "search"
+    CONFIRM_FIX = "confirm-fix"
+    STEP = "step"
+
+
+class BisectStatus(StrEnum):
+    RUNNING = "running"
+    FOUND = "found"
+    RANGE = "range"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class WaitKind(StrEnum):
+    """What a thread waits on at the trigger, by the quiescence rule (docs/quiescence.md)."""
+
+    TREE = "tree"
+    TIMED = "timed"
+    OUTSIDE = "outside"
+    RUNNING = "running"
+    UNKNOWN = "unknown"
+    DONE = "done"
+
+
+class EventKind(StrEnum):
+    """A process of the tree seen for the first time, or seen gone."""
+
+    START = "start"
+    EXIT = "exit"
+
+
+class Confidence(StrEnum):
+    """How sure a cause is; causes are ordered by it."""
+
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
+class CheckStatus(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+class DoctorStatus(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+class FileStatus(StrEnum):
+    """One pinned file against the pin's hash (source/verify.py)."""
+
+    MATCH = "match"
+    DIFFERS = "differs"
+    MISSING = "missing"
+    UNVERIFIED = "unverified"
+
+
+class SourceStatus(StrEnum):
+    """A source tree against its pin as a whole."""
+
+    VERIFIED = "verified"
+    DRIFT = "drift"
+    UNVERIFIED = "unverified"
+    UNCHECKED = "unchecked"
+
+
+class AxisKind(StrEnum):
+    """A sweep axis: a trainer config knob, an environment variable, or the variant."""
+
+    SET = "set"
+    ENV = "env"
+    VARIANT = "variant"
+
+
+class BlameHow(StrEnum):
+    BLAME = "blame"
+    LOG_S = "log -S"
+
+
+def parse(enum: type[E], value: object, what: str) -> E:
+    """`value` as a member of `enum`, or a ValueError naming what was expected."""
+    try:
+        return enum(str(value))
+    except ValueError:
+        known = ", ".join(m.value for m in enum)
+        raise ValueError(f"{what}: {value!r} is not one of {known}") from None
+
+
+def values(enum: type[StrEnum]) -> tuple[str, ...]:
+    return tuple(m.value for m in enum)
