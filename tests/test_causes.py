@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from harness.analysis.causes import diagnose, load_rules, rule_from_table
-from harness.analysis.detectors import Facts
+from harness.analysis.causes import Facts, check, checked_rules, diagnose
+from harness.config.causes import rule_from_table, rules_from_tables
 from harness.errors import HarnessError
+from harness.outcome import Kind
 from tests.harness_cli import ROOT, harness
 
 PROGRAMS = ROOT / "tests" / "programs"
@@ -70,6 +71,8 @@ def test_dead_worker_named_with_its_signal(
     sentence = found["dead-worker"]["sentence"]
     exits = [e for e in report["samples"]["events"] if e["event"] == "exit"]
     assert len(exits) == 1 and exits[0]["status"] == "killed by SIGKILL"
+    # the watch loop records how it ended as data; the detector reads these, not the words
+    assert (exits[0]["signal"], exits[0]["exit_code"], exits[0]["status_known"]) == (9, None, True)
     assert f"worker pid {exits[0]['pid']}" in sentence and "died by SIGKILL" in sentence
     assert f"parent pid {exits[0]['ppid']} waits" in sentence and "read" in sentence
     # the location is the waiting parent's own frame (the worker is gone: nothing else waits)
@@ -126,6 +129,7 @@ def test_openmp_after_fork_on_the_stock_replica(
     cause = found["openmp-after-fork"]
     assert "forked without exec" in cause["sentence"] and "libgomp" in cause["sentence"]
     assert "harness compare breakout --variants stock,omp-free,fixed" in cause["remedies"][0]
+    assert cause["command"].startswith("harness compare breakout --variants stock,omp-free,fixed")
     assert "waits for child pid" in report["verdict"]["waits_for"]
     assert report["verdict"]["waits_for"].endswith("which is blocked in env_start")
     # the summary puts the top cause on its own line and points at the command to try
@@ -154,25 +158,93 @@ def test_no_cause_for_the_fixed_replica(tmp_path: Path, cache_env: dict[str, str
     assert report["verdict"]["kind"] == "pass" and report["verdict"]["causes"] == []
 
 
+OWN = {
+    "id": "my-known-bug",
+    "detector": "output",
+    "kinds": ["error-exit"],
+    "params": {"regex": r"CUDA error: (?P<what>.+)"},
+    "sentence": "the CUDA runtime failed: {what}",
+    "confidence": "high",
+    "remedies": ["try {compare}"],
+    "command": "{compare}",
+}
+COMPARE = "harness compare breakout --variants stock,omp-free"
+
+
 def test_a_pin_adds_a_cause_as_data() -> None:
-    own = [
-        {
-            "id": "my-known-bug",
-            "detector": "output",
-            "kinds": ["error-exit"],
-            "params": {"regex": r"CUDA error: (?P<what>.+)"},
-            "sentence": "the CUDA runtime failed: {what}",
-            "confidence": "high",
-            "remedies": ["try {compare}"],
-        }
-    ]
-    facts = Facts("error-exit", None, None, None, ["x", "CUDA error: out of memory"], "breakout")
-    [cause] = diagnose(facts, load_rules(own))
+    rules = checked_rules(rules_from_tables([OWN], "pin.toml [[causes]]"))
+    assert rules[0].rule.id == "my-known-bug"  # a pin's own rules come first
+    tail = ["x", "CUDA error: out of memory"]
+    facts = Facts(Kind.ERROR_EXIT, None, None, None, tail, "breakout", compare=COMPARE)
+    [cause] = diagnose(facts, rules)
     assert cause.id == "my-known-bug" and cause.sentence.endswith("out of memory")
-    assert cause.remedies == ["try harness compare breakout --variants stock,omp-free"]
+    assert cause.remedies == [f"try {COMPARE}"] and cause.command == COMPARE
+    assert cause.evidence == ["output: CUDA error: out of memory"]
+    # without a fix to run (a watched command), neither the remedy nor the command is kept
+    [cause] = diagnose(Facts(Kind.ERROR_EXIT, None, None, None, tail), rules)
+    assert cause.remedies == [] and cause.command == ""
+
+
+def refused(**change: object) -> str:
+    """The one-line error for OWN with `change` applied (None: the key removed)."""
+    table = {k: v for k, v in {**OWN, **change}.items() if v is not None}
     with pytest.raises(HarnessError) as info:
-        rule_from_table({**own[0], "detector": "magic"}, "pin")
-    assert "unknown detector 'magic'" in info.value.message
+        check(rule_from_table(table, "pin.toml [[causes]]"))
+    message = info.value.message
+    assert "\n" not in message and message.startswith("pin.toml [[causes]]: cause my-known-bug: ")
+    return message
+
+
+def test_a_bad_rule_is_refused_in_one_line_naming_the_file_and_cause() -> None:
+    assert "kinds: 'not run' is not one of pass, check-failed, hang" in refused(kinds=["not run"])
+    assert "mechanisms: 'stuck' is not one of deadlock, spin" in refused(mechanisms=["stuck"])
+    assert "confidence: 'sure' is not one of high, medium, low" in refused(confidence="sure")
+    assert "unknown detector 'magic' (known: dead-worker, exit-blocked" in refused(detector="magic")
+    assert "missing required key 'sentence'" in refused(sentence=None)
+    assert "unknown key(s) remedy" in refused(remedy="typo")
+
+
+def test_params_are_checked_against_the_detector_declaration() -> None:
+    """What a detector takes is declared by the detector, not special-cased by the loader."""
+    assert "detector output needs params.regex" in refused(params={})
+    assert "bad regex '(unclosed'" in refused(params={"regex": "(unclosed"})
+    message = refused(detector="frames", params={"regex": "x"})
+    assert "detector frames takes functions?, not params.regex" in message
+    assert "params.functions must be a list" in refused(
+        detector="frames", params={"functions": "f"}
+    )
+    assert "bad regex" in refused(detector="frames", params={"functions": ["ok", "[bad"]})
+    spin = {"detector": "spin-on-blocked-workers", "kinds": ["hang"], "sentence": "{tid}"}
+    assert "params.busy_fraction must be a float" in refused(**spin, params={"busy_fraction": "x"})
+    ok = check(rule_from_table({**OWN, **spin, "params": {"busy_fraction": 1}}, "pin"))
+    assert ok.params.busy_fraction == 1.0
+
+
+def test_template_fields_are_the_detector_fields() -> None:
+    """A typo in a field is refused at load, not shown as `{whta}` after a run."""
+    message = refused(sentence="failed: {whta}")
+    assert "{whta} in 'failed: {whta}' is not a field of detector output" in message
+    assert "(it gives: compare, env, line, location, log, stacks, what)" in message
+    assert "bad template" in refused(remedies=["{0}"])
+    assert "bad template" in refused(command="{compare!r}")
+
+
+def test_the_shipped_rules_meet_their_detectors() -> None:
+    rules = checked_rules()
+    assert [c.rule.id for c in rules] == [
+        "openmp-after-fork",
+        "lock-cycle",
+        "python-locks",
+        "dead-worker",
+        "exit-blocked",
+        "missing-dashboard-key",
+        "spin-on-blocked-workers",
+    ]
+    assert {c.rule.id: c.rule.command for c in rules if c.rule.command} == {
+        "openmp-after-fork": "{compare}",
+        "missing-dashboard-key": "{compare}",
+        "spin-on-blocked-workers": "{compare}",
+    }
 
 
 @pytest.mark.slow
@@ -188,3 +260,53 @@ def test_active_wait_policy_spins_in_the_pool_but_is_located_in_env_start(
     v = report["verdict"]
     assert (v["mechanism"], v["location"]) == ("spin", "env_start"), v["summary"]
     assert list(causes(report)) == ["openmp-after-fork"]
+
+
+def test_a_pin_carries_its_parsed_rules_own_first(tmp_path: Path) -> None:
+    """`Pin.causes`: a pin's own [[causes]] before those of the pin it extends; a bad one
+    fails when the pin is loaded, naming the pin's file and the cause."""
+    from harness.config.pin import load_pin
+
+    def pin(name: str, extends: str, cause: str, kind: str = "hang") -> Path:
+        path = tmp_path / f"{name}.toml"
+        path.write_text(
+            f'schema_version = 1\nname = "{name}"\nextends = "{extends}"\n\n'
+            f'[[causes]]\nid = "{cause}"\ndetector = "frames"\nkinds = ["{kind}"]\n'
+            f'params = {{ functions = ["f.*"] }}\nsentence = "in {{function}}"\n'
+        )
+        return path
+
+    pin("base", "replica", "base-cause")
+    child = pin("child", "base.toml", "child-cause")
+    loaded = load_pin(str(child))
+    assert [r.id for r in loaded.causes] == ["child-cause", "base-cause"]
+    assert loaded.causes[0].kinds == (Kind.HANG,) and loaded.causes[0].where.startswith("child")
+    assert [c.rule.id for c in checked_rules(loaded.causes)][:3] == [
+        "child-cause",
+        "base-cause",
+        "openmp-after-fork",
+    ]
+    bad = pin("bad", "replica", "bad-cause", kind="not run")
+    with pytest.raises(HarnessError) as info:
+        load_pin(str(bad))
+    assert info.value.message.startswith("bad.toml [[causes]]: cause bad-cause: kinds: 'not run'")
+
+
+def test_next_shows_the_cause_command_else_the_fix_compare(tmp_path: Path) -> None:
+    """The summary's `next:` is the top cause's `command` field (not a remedy's prose);
+    without one, a hang offers the verdict's compare of the pin's fixes."""
+    from harness.report.console import next_step
+    from harness.report.load import report_from_json
+
+    cause = {"id": "c", "sentence": "s", "confidence": "high", "remedies": ["harness doctor"]}
+    verdict = {"kind": "hang", "summary": "hang", "compare": COMPARE}
+    with_command = {**verdict, "causes": [{**cause, "command": "harness compare x"}]}
+    report = report_from_json({"env": "breakout", "verdict": with_command}, tmp_path)
+    assert next_step(report, Kind.HANG) == "harness compare x"
+    report = report_from_json(
+        {"env": "breakout", "verdict": {**verdict, "causes": [cause]}}, tmp_path
+    )
+    assert next_step(report, Kind.HANG) == f"does the fix help? {COMPARE}"
+    (tmp_path / "stacks.txt").write_text("")
+    report = report_from_json({"env": "breakout", "verdict": {**verdict, "compare": ""}}, tmp_path)
+    assert next_step(report, Kind.HANG) == f"every thread's stack: {tmp_path / 'stacks.txt'}"

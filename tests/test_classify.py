@@ -1,12 +1,16 @@
 """The classifier on hand-made samples: each mechanism, location choice, and exit kinds.
 (The same paths on real processes are covered by test_watch.py and test_run_replica.py.)"""
 
+import os
 import re
+import subprocess
 
 from harness.analysis import classify
 from harness.config.signatures import Pattern, load_signatures
 from harness.execute.watchdog import Trigger
+from harness.process import signals
 from harness.sampling.model import Frame, SampleSet, ThreadActivity, ThreadStack
+from harness.vocab import StackToolName
 
 SIGS = load_signatures().with_own(
     [Pattern("env_start", (re.compile(r"env_start(\._omp_fn\.\d+)?"),))]
@@ -18,7 +22,9 @@ def _samples(threads: list[tuple[int, int, str, float, list[Frame]]]) -> SampleS
         ThreadActivity(p, t, "puffer", [s] * 3, cpu, "futex_wait_queue", "202")
         for p, t, s, cpu, _ in threads
     ]
-    stacks = [ThreadStack(p, t, "puffer", frames, "gdb") for p, t, _, _, frames in threads]
+    stacks = [
+        ThreadStack(p, t, "puffer", frames, StackToolName.GDB) for p, t, _, _, frames in threads
+    ]
     return SampleSet([], activity, stacks, {"gdb": "used"}, [], 1.0)
 
 
@@ -88,3 +94,21 @@ def test_wall_timeout_while_progressing_is_not_a_hang() -> None:
     assert v.kind == "timeout-progressing" and v.exit_code == 6
     v = classify.classify(Trigger.WALL, "wall", None, False, None, [], SIGS)
     assert v.kind == "hang"
+
+
+def test_one_signal_table_for_exit_events_and_crash_verdicts() -> None:
+    """A real SIGKILLed process: the watch loop's exit event (from Popen's returncode or a
+    zombie's wait status) and the crash verdict name the signal the same way."""
+    killed = subprocess.run(["sh", "-c", "kill -KILL $$"], check=False)
+    ending = signals.from_returncode(killed.returncode)
+    assert ending == signals.Ending(signal=9) and ending.known and ending.failed
+    assert ending.words() == "killed by SIGKILL"
+    verdict = classify.classify_exit(killed.returncode, [], load_signatures())
+    assert verdict.summary == "crash: killed by SIGKILL"
+    pid = os.spawnv(os.P_NOWAIT, "/bin/sh", ["sh", "-c", "exit 3"])
+    _, status = os.waitpid(pid, 0)
+    exited = signals.from_wait_status(status)
+    assert exited == signals.Ending(exit_code=3) and exited.words() == "exited 3"
+    assert signals.from_returncode(0).failed is False
+    assert signals.UNKNOWN.words() == "exited, status unknown" and not signals.UNKNOWN.known
+    assert signals.signal_name(200) == "signal 200"

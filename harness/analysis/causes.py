@@ -1,119 +1,111 @@
-"""Say why, not only where: cause rules (harness/data/causes.toml and a pin's [[causes]])
-evaluated over what a run left. Each rule names a detector, which looks at the evidence
-(verdict, stacks, process lineage and exit statuses from the watch loop, lock owners, the
-output) and returns one match per finding with the fields its sentence and remedies use.
-Detectors are code; which of them apply, to which verdicts, and what is said and tried is
-data, so a new cause of a known shape is a TOML entry.
+"""Say why, not only where: cause rules (harness/data/causes.toml and a pin's [[causes]],
+parsed in `harness.config.causes`) evaluated over what a run left. This is where rules meet
+detectors (`harness.analysis.detectors`): `check` refuses a rule whose detector is unknown or
+whose params or template fields its detector does not declare, before any run starts; then
+`diagnose` runs each applicable rule's detector and fills its templates.
 """
 
 from __future__ import annotations
 
-import re
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from harness.analysis.detectors import DETECTORS, Facts
-from harness.errors import HarnessError
-from harness.outcome import USAGE
+from harness.analysis.detectors import DETECTORS, Detector, run
+from harness.config.causes import (
+    Rule,
+    bind_params,
+    rules_from_tables,
+    shipped_rules,
+    template_fields,
+)
+from harness.outcome import Kind
+from harness.sampling.model import SampleSet
+from harness.vocab import Confidence, Mechanism
 
-CONFIDENCE = ("high", "medium", "low")
+# the fields every rule's templates may use besides its detector's (values in `diagnose`)
+COMMON_FIELDS = ("compare", "stacks", "log", "env", "location")
+_ORDER = tuple(Confidence)
 
 
 @dataclass
 class Cause:
     id: str
     sentence: str
-    confidence: str
+    confidence: Confidence
     evidence: list[str] = field(default_factory=list)
     remedies: list[str] = field(default_factory=list)
+    # the one harness command to try for this cause (the rule's `command`); "" when none
+    command: str = ""
 
 
 @dataclass(frozen=True)
-class Rule:
-    id: str
-    detector: str
-    kinds: tuple[str, ...]
-    sentence: str
-    confidence: str = "medium"
-    mechanisms: tuple[str, ...] = ()
-    remedies: tuple[str, ...] = ()
-    params: Mapping[str, Any] = field(default_factory=dict)
+class Checked:
+    """A rule with its detector and its params as the detector's params class."""
+
+    rule: Rule
+    detector: Detector[Any]
+    params: Any
 
 
-# ---------------------------------------------------------------- rules as data
+def check(rule: Rule) -> Checked:
+    """The rule against its detector's declaration; a one-line usage error when it names
+    an unknown detector, params the detector does not take (or lacks one it needs), bad
+    param values, or template fields neither the detector nor the common ones give."""
+    found = DETECTORS.get(rule.detector)
+    if found is None:
+        known = ", ".join(sorted(DETECTORS))
+        raise rule.fail(f"unknown detector {rule.detector!r} (known: {known})")
+    params = bind_params(rule, found.params, found.name)
+    allowed = found.fields_with(params) | set(COMMON_FIELDS)
+    for text in rule.templates:
+        stray = sorted(template_fields(text) - allowed)
+        if stray:
+            raise rule.fail(
+                f"{{{stray[0]}}} in {text!r} is not a field of detector {found.name} "
+                f"(it gives: {', '.join(sorted(allowed))})"
+            )
+    return Checked(rule, found, params)
 
 
-def rule_from_table(table: Mapping[str, Any], where: str) -> Rule:
-    try:
-        rule = Rule(
-            id=str(table["id"]),
-            detector=str(table["detector"]),
-            kinds=tuple(str(k) for k in table["kinds"]),
-            sentence=str(table["sentence"]),
-            confidence=str(table.get("confidence", "medium")),
-            mechanisms=tuple(str(m) for m in table.get("mechanisms", ())),
-            remedies=tuple(str(r) for r in table.get("remedies", ())),
-            params=dict(table.get("params", {})),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise HarnessError(f"{where}: bad [[causes]] entry: missing or bad {exc}", USAGE) from exc
-    if rule.detector not in DETECTORS:
-        known = ", ".join(DETECTORS)
-        raise HarnessError(
-            f"{where}: cause {rule.id}: unknown detector {rule.detector!r} ({known})"
-        )
-    if rule.confidence not in CONFIDENCE:
-        raise HarnessError(f"{where}: cause {rule.id}: confidence must be high, medium or low")
-    patterns: list[object] = []
-    if rule.detector == "output":
-        if "regex" not in rule.params:
-            raise HarnessError(f"{where}: cause {rule.id}: detector output needs params.regex")
-        patterns = [rule.params["regex"]]
-    elif rule.detector == "frames":
-        patterns = list(rule.params.get("functions", ()))
-    for pattern in patterns:
-        try:
-            re.compile(str(pattern))
-        except re.error as exc:
-            raise HarnessError(f"{where}: cause {rule.id}: bad regex: {exc}", USAGE) from exc
-    for text in (rule.sentence, *rule.remedies):
-        try:  # a template must format: `{field}` only (no positional or format specs)
-            text.format_map(_Fields())
-        except (IndexError, ValueError, KeyError, AttributeError) as exc:
-            raise HarnessError(
-                f"{where}: cause {rule.id}: bad template {text!r}: {exc}", USAGE
-            ) from exc
-    return rule
+def checked_rules(own: Sequence[Rule] = ()) -> list[Checked]:
+    """A pin's own rules (`Pin.causes`, already in extends order) first, then the shipped
+    ones, each checked against its detector. Call it before a run: a bad rule fails then."""
+    return [check(r) for r in (*own, *shipped_rules())]
 
 
-def load_rules(own: Iterable[Mapping[str, Any]] = ()) -> list[Rule]:
-    """A pin's own [[causes]] first, then the shipped ones."""
-    text = resources.files("harness").joinpath("data/causes.toml").read_text()
-    shipped = tomllib.loads(text).get("causes", [])
-    rules = [rule_from_table(t, "pin [[causes]]") for t in own]
-    rules += [rule_from_table(t, "causes.toml") for t in shipped]
-    return rules
+def load_rules(own: Iterable[Mapping[str, Any]] = ()) -> list[Checked]:
+    """`checked_rules` for [[causes]] tables not parsed yet (a pin's raw data)."""
+    return checked_rules(rules_from_tables(list(own), "pin [[causes]]"))
 
 
-class _Fields(dict[str, Any]):
+@dataclass(frozen=True)
+class Facts:
+    """What a run left, and what the templates' common fields are made of."""
+
+    kind: Kind
+    mechanism: Mechanism | None
+    location: str | None
+    samples: SampleSet | None
+    output_tail: Sequence[str]
+    env: str | None = None
+    # the harness command that tests the reported fix on this run ({compare}); "" when the
+    # pin knows of no fix (or there is no pin: a watched command)
+    compare: str = ""
+    report_dir: Path = Path(".")
+
+
+class _Fields(dict[str, str]):
     def __missing__(self, key: str) -> str:
-        return "{" + key + "}"  # a template field the detector did not give stays visible
+        return "{" + key + "}"  # a field a match did not give stays visible
 
 
-def diagnose(facts: Facts, rules: Sequence[Rule]) -> list[Cause]:
+def diagnose(facts: Facts, rules: Sequence[Checked]) -> list[Cause]:
     """Every cause whose rule applies and whose detector finds something, most confident
     first; one cause per (id, sentence)."""
-    compare = (
-        f"harness compare {facts.env} --variants {facts.variant},{','.join(facts.fixes)}"
-        + (f" {facts.compare_args}" if facts.compare_args else "")
-        if facts.env and facts.fixes
-        else ""
-    )
     common = {
-        "compare": compare,
+        "compare": facts.compare,
         "stacks": str(facts.report_dir / "stacks.txt"),
         "log": str(facts.report_dir / "output.log"),
         "env": facts.env or "",
@@ -121,24 +113,32 @@ def diagnose(facts: Facts, rules: Sequence[Rule]) -> list[Cause]:
     }
     causes: list[Cause] = []
     seen: set[tuple[str, str]] = set()
-    for rule in rules:
+    for checked in rules:
+        rule = checked.rule
         if facts.kind not in rule.kinds:
             continue
         if rule.mechanisms and facts.mechanism not in rule.mechanisms:
             continue
-        for match in DETECTORS[rule.detector](facts, rule.params):
-            evidence = list(match.pop("evidence", []))
-            values = _Fields({**common, **{k: str(v) for k, v in match.items()}})
+        for found in run(checked.detector, checked.params, facts.samples, facts.output_tail):
+            values = _Fields({**common, **found.fields})
             sentence = rule.sentence.format_map(values)
             if (rule.id, sentence) in seen:
                 continue
             seen.add((rule.id, sentence))
-            # a remedy that runs the fix needs a fix to run (a watched command has none)
-            remedies = [
-                r.format_map(values) for r in rule.remedies if compare or "{compare}" not in r
+            # a template that runs the fix needs a fix to run (a watched command has none)
+            usable = [
+                t for t in (*rule.remedies, rule.command) if facts.compare or "{compare}" not in t
             ]
+            filled = {t: t.format_map(values) for t in usable}
             causes.append(
-                Cause(rule.id, sentence, rule.confidence, evidence, [r for r in remedies if r])
+                Cause(
+                    rule.id,
+                    sentence,
+                    rule.confidence,
+                    list(found.evidence),
+                    [filled[r] for r in rule.remedies if filled.get(r)],
+                    filled.get(rule.command, ""),
+                )
             )
-    causes.sort(key=lambda c: CONFIDENCE.index(c.confidence))
+    causes.sort(key=lambda c: _ORDER.index(c.confidence))
     return causes

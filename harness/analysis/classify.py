@@ -18,9 +18,10 @@ from harness.analysis.causes import Cause
 from harness.config.signatures import Signatures
 from harness.execute.watchdog import Trigger
 from harness.outcome import Kind
+from harness.process.signals import signal_name
 from harness.sampling.model import Frame, SampleSet, ThreadStack
 from harness.source.blame import HangBlame
-from harness.vocab import Mechanism
+from harness.vocab import Mechanism, WaitKind
 
 BUSY_FRACTION = 0.5  # a thread using at least half a core between snapshots is busy
 # ... and so is one that was runnable (R) in every snapshot and got CPU: on a loaded machine
@@ -60,6 +61,9 @@ class Verdict:
     blame_skipped: str = ""  # why there is no blame, when a hang was located
     # who waits for whom: "pid 100 waits for child pid 101, which is blocked in <location>"
     waits_for: str = ""
+    # the harness command that tests the pin's fixes on this run ("harness compare ENV
+    # --variants stock,omp-free,fixed ..."); "" when the pin names no fix
+    compare: str = ""
     signum: InitVar[int | None] = None  # an interrupted run: the signal that stopped it
     exit_code: int = field(init=False)
 
@@ -323,7 +327,7 @@ def classify_quiescent(samples: SampleSet | None, reason: str, sigs: Signatures)
             if old
             else "hang (deadlock): " + reason
         )
-    waits = [w for w in samples.waits if w.kind == "tree"] if samples is not None else []
+    waits = [w for w in samples.waits if w.kind is WaitKind.TREE] if samples is not None else []
     verdict.evidence[1:1] = [
         f"pid {w.pid} tid {w.tid} waits on the tree: {w.what}" for w in waits[:12]
     ]
@@ -331,13 +335,6 @@ def classify_quiescent(samples: SampleSet | None, reason: str, sigs: Signatures)
 
 
 # ---------------------------------------------------------------- exits
-
-
-def _signal_name(num: int) -> str:
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
 
 
 def explain_output(tail: Sequence[str], sigs: Signatures) -> list[str]:
@@ -360,7 +357,7 @@ def classify_exit(returncode: int, tail: Sequence[str], sigs: Signatures) -> Ver
     sig = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
     via = "" if returncode < 0 else f" (exit status {returncode} = 128 + signal)"
     if sig and (returncode < 0 or sig in CRASH_SIGNALS):
-        name = _signal_name(sig)
+        name = signal_name(sig)
         return Verdict(
             Kind.CRASH,
             f"crash: killed by {name}{via}" + (f": {explained[0]}" if explained else ""),

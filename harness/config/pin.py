@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import vocab
+from harness.config.causes import Rule, rules_from_tables
 from harness.config.signatures import Pattern, pattern_from_table
 from harness.errors import HarnessError
 from harness.outcome import USAGE
+from harness.vocab import SourceKind
 
 PIN_SCHEMA_VERSION = 1
 UNVERIFIED = "UNVERIFIED"  # prefix of a value that has not been read from a real checkout yet
@@ -36,7 +39,7 @@ def pin_dir() -> Path:
 
 @dataclass(frozen=True)
 class Source:
-    kind: str  # "git" | "pypi" | "path"
+    kind: SourceKind
     url: str = ""
     branch: str = ""
     commit: str = ""
@@ -83,6 +86,9 @@ class Pin:
     # and the default of `harness compare`; empty when the pin knows of no fix
     fixes: tuple[str, ...]
     signatures: tuple[Pattern, ...]
+    # the pin's own cause rules ([[causes]], its own before those of the pins it extends),
+    # parsed; checked against the detectors by harness.analysis.causes before a run
+    causes: tuple[Rule, ...] = ()
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
     # this pin's name, then the pins it extends, nearest first: a scenario's [pin.<name>]
     # settings and a check's `pins` apply to a pin through any name of its lineage
@@ -91,7 +97,7 @@ class Pin:
     @property
     def source_root(self) -> Path | None:
         """The in-repo source folder for kind "path" pins; None for external sources."""
-        if self.source.kind != "path":
+        if self.source.kind is not SourceKind.PATH:
             return None
         return (self.file.parent / self.source.path).resolve()
 
@@ -162,10 +168,13 @@ def _parse_pin(data: dict[str, Any], file: Path, lineage: tuple[str, ...]) -> Pi
             f"{where}: schema_version {version!r} is not supported (expected {PIN_SCHEMA_VERSION})"
         )
     src = _need(data, "source", where)
-    kind = _need(src, "kind", f"{where} [source]")
-    if kind not in ("git", "pypi", "path"):
-        raise HarnessError(f"{where} [source]: kind must be git, pypi or path, not {kind!r}")
-    source = Source(**{k: str(v) for k, v in src.items() if k in Source.__dataclass_fields__})
+    try:
+        kind = vocab.parse(SourceKind, _need(src, "kind", f"{where} [source]"), "kind")
+    except ValueError as exc:
+        raise HarnessError(f"{where} [source]: {exc}", USAGE) from None
+    fields = {k: str(v) for k, v in src.items() if k in Source.__dataclass_fields__}
+    fields.pop("kind")
+    source = Source(kind, **fields)
     build = _need(data, "build", where)
     run = _need(data, "run", where)
     return Pin(
@@ -193,6 +202,7 @@ def _parse_pin(data: dict[str, Any], file: Path, lineage: tuple[str, ...]) -> Pi
         signatures=tuple(
             pattern_from_table(t, f"{where} [[signatures]]") for t in data.get("signatures", [])
         ),
+        causes=rules_from_tables(data.get("causes", []), f"{where} [[causes]]"),
         raw=data,
         lineage=(str(data["name"]), *lineage),
     )
@@ -246,7 +256,7 @@ def merge_extended(
     parent's; anything else the pin sets replaces the parent's."""
     base = dict(parent)
     src = base.get("source")
-    if isinstance(src, dict) and src.get("kind") == "path" and "source" not in own:
+    if isinstance(src, dict) and src.get("kind") == SourceKind.PATH and "source" not in own:
         # a path source is relative to the pin that declared it, not to the one inheriting it
         base["source"] = {**src, "path": str((parent_file.parent / src.get("path", "")).resolve())}
     merged: dict[str, Any] = {k: v for k, v in base.items() if k not in ("name", "extends")}
@@ -306,9 +316,9 @@ def _one_line(command: str) -> str:
 def describe_pin(pin: Pin) -> str:
     s = pin.source
     where = {
-        "git": f"{s.url} branch {s.branch} commit {s.commit}",
-        "pypi": f"PyPI {s.package}=={s.version} sha256 {s.sha256 or UNVERIFIED}",
-        "path": f"in-repo folder {pin.source_root}",
+        SourceKind.GIT: f"{s.url} branch {s.branch} commit {s.commit}",
+        SourceKind.PYPI: f"PyPI {s.package}=={s.version} sha256 {s.sha256 or UNVERIFIED}",
+        SourceKind.PATH: f"in-repo folder {pin.source_root}",
     }[s.kind]
     lines = [
         f"pin {pin.name}: {pin.description}",
@@ -323,7 +333,7 @@ def describe_pin(pin: Pin) -> str:
         "  files:",
     ]
     lines += [f"    {rel}  {digest}" for rel, digest in sorted(pin.files.items())]
-    if s.kind == "git" and not s.commit_verified:
+    if s.kind is SourceKind.GIT and not s.commit_verified:
         lines.append(
             f"  UNVERIFIED: commit {s.commit}; "
             f"run `harness pin update --pin {pin.name} --checkout PATH`"

@@ -16,14 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness.sampling.model import ProcessSample, Snapshot, ThreadSample, ThreadWait
+from harness.vocab import WaitKind
 
 # what a thread waits on
-TREE = "tree"  # something only the tree can end: an untimed futex wait, a child, a tree pipe
-TIMED = "timed"  # it wakes up by itself: a sleep, a futex wait with a timeout
-OUTSIDE = "outside"  # disk, sockets, ttys, a pipe written from outside, poll/select/epoll
-RUNNING = "running"  # on a CPU, runnable, or in a syscall that does not block
-UNKNOWN = "unknown"  # cannot tell (unreadable, unknown architecture, 32-bit process)
-DONE = "done"  # an exited thread (zombie): waits on nothing
+# the words of vocab.WaitKind, named here as the rule reads them (docs/quiescence.md):
+TREE = WaitKind.TREE  # only the tree can end it: an untimed futex wait, a child, a tree pipe
+TIMED = WaitKind.TIMED  # it wakes up by itself: a sleep, a futex wait with a timeout
+OUTSIDE = WaitKind.OUTSIDE  # disk, sockets, ttys, a pipe written from outside, poll/select
+RUNNING = WaitKind.RUNNING  # on a CPU, runnable, or in a syscall that does not block
+UNKNOWN = WaitKind.UNKNOWN  # cannot tell (unreadable, unknown architecture, 32-bit process)
+DONE = WaitKind.DONE  # an exited thread (zombie): waits on nothing
 
 # ---------------------------------------------------------------- syscall numbers
 
@@ -135,7 +137,7 @@ class TreeFacts:
 
 @dataclass(frozen=True)
 class Wait:
-    kind: str
+    kind: WaitKind
     what: str
     fd: int | None = None  # a read on this fd, not looked at yet (needs TreeFacts)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import platform
 import resource
-import signal
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -36,6 +35,7 @@ from harness.execute.quiescence import (
     tree_waits,
     woke,
 )
+from harness.process import signals
 from harness.sampling import procfs
 from harness.sampling.model import (
     ProcessEvent,
@@ -47,6 +47,7 @@ from harness.sampling.model import (
     TimelinePoint,
     WatchInfo,
 )
+from harness.vocab import EventKind
 
 # 0.25 s: the quiescence verdict comes at most this late, the last second before a trigger
 # holds 4-5 snapshots (CPU use per thread without sampling anew), and a 64-thread tree
@@ -84,26 +85,7 @@ class _Known:
 
 def describe_status(status: int) -> str:
     """A wait status as words: "exited 0", "killed by SIGKILL (core dumped)"."""
-    if os.WIFEXITED(status):
-        return f"exited {os.WEXITSTATUS(status)}"
-    if os.WIFSIGNALED(status):
-        num = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(num).name
-        except ValueError:
-            name = f"signal {num}"
-        return f"killed by {name}" + (" (core dumped)" if os.WCOREDUMP(status) else "")
-    return f"status {status}"
-
-
-def describe_returncode(returncode: int) -> str:
-    """Popen's returncode (negative: killed by that signal) as words."""
-    if returncode >= 0:
-        return f"exited {returncode}"
-    try:
-        return f"killed by {signal.Signals(-returncode).name}"
-    except ValueError:
-        return f"killed by signal {-returncode}"
+    return signals.from_wait_status(status).words()
 
 
 class WatchLoop:
@@ -192,7 +174,7 @@ class WatchLoop:
         known = self._known.get(self.root)
         if known is not None and not known.exited:
             known.exited = True
-            self._event(now, "exit", self.root, known, describe_returncode(returncode))
+            self._event(now, EventKind.EXIT, self.root, known, signals.from_returncode(returncode))
 
     def close(self) -> None:
         self.files.close()
@@ -276,7 +258,7 @@ class WatchLoop:
         for pid, known in self._known.items():
             if pid not in seen and not known.exited:
                 known.exited = True
-                self._event(now, "exit", pid, known, "exited, status unknown")
+                self._event(now, EventKind.EXIT, pid, known, signals.UNKNOWN)
         return out
 
     def _children(self, pid: int, tids: Iterable[int]) -> list[int]:
@@ -305,15 +287,15 @@ class WatchLoop:
         if known is None or reborn:
             known = self._learn(pid, parent, threads)
             self._births.append(pid)
-            self._event(now, "start", pid, known, "")
+            self._event(now, EventKind.START, pid, known, None)
         elif known.name != main.name:  # exec'd since
             known = self._learn(pid, parent, threads, known)
         self._known[pid] = known
         if main.state == "Z" and all(t.state in "ZX" for t in threads) and not known.exited:
             known.exited = True
             status = procfs.zombie_status(pid)
-            words = describe_status(status) if status is not None else "exited, status unknown"
-            self._event(now, "exit", pid, known, words)
+            ending = signals.from_wait_status(status) if status is not None else signals.UNKNOWN
+            self._event(now, EventKind.EXIT, pid, known, ending)
         proc = ProcessSample(
             pid=pid,
             ppid=known.ppid,
@@ -347,12 +329,19 @@ class WatchLoop:
             exited=old.exited if old else False,
         )
 
-    def _event(self, now: float, kind: str, pid: int, known: _Known, status: str) -> None:
+    def _event(
+        self, now: float, kind: EventKind, pid: int, known: _Known, end: signals.Ending | None
+    ) -> None:
+        """A start (`end` None) or an exit, with how it ended as data and as words."""
         if len(self.events) >= MAX_EVENTS:
             self.events_dropped += 1
             return
         t = round(now - self.launched_at, 3)
-        self.events.append(ProcessEvent(t, kind, pid, known.ppid, known.name, status))
+        event = ProcessEvent(t, kind, pid, known.ppid, known.name)
+        if end is not None:
+            event.status = end.words()
+            event.exit_code, event.signal, event.status_known = end.exit_code, end.signal, end.known
+        self.events.append(event)
 
     # ------------------------------------------------------------ judging
 

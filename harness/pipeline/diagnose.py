@@ -9,14 +9,25 @@ from pathlib import Path
 
 from harness.analysis import causes as causesmod
 from harness.analysis.classify import located_frame, path_in_tree
-from harness.analysis.detectors import Facts
+from harness.config.defaults import compare_baseline
 from harness.config.pin import Pin
 from harness.errors import HarnessError
+from harness.outcome import Kind
 from harness.report.model import Report
 from harness.source import blame as blamemod
 from harness.source.git import locate_checkout
+from harness.vocab import SourceKind
 
-FIXES = ("omp-free", "fixed")  # variants that test the reported fix, when the pin has them
+
+def compare_command(report: Report, pin: Pin | None, compare_args: str = "") -> str:
+    """The harness command that tests the pin's fixes against this run's variant:
+    `harness compare ENV --variants <variant>,<fixes> <the run's own options>`; "" when the
+    pin names no fix (or there is no pin: a watched command)."""
+    if pin is None or not pin.fixes or not report.env:
+        return ""
+    variant = report.variant.spec if report.variant else compare_baseline()
+    command = f"harness compare {report.env} --variants {','.join((variant, *pin.fixes))}"
+    return f"{command} {compare_args}" if compare_args else command
 
 
 def diagnose(
@@ -29,26 +40,22 @@ def diagnose(
     v = report.verdict
     if v is None:
         return
-    own = pin.raw.get("causes", []) if pin is not None else []
-    fixes: tuple[str, ...] = ()
-    if pin is not None:
-        openmp = any(s.name in ("env_start", "vec_thread_main") for s in pin.signatures)
-        fixes = tuple(f for f in FIXES if f in pin.variants or (f == "omp-free" and openmp))
-    facts = Facts(
+    compare = compare_command(report, pin, compare_args)
+    facts = causesmod.Facts(
         kind=v.kind,
         mechanism=v.mechanism,
         location=v.location,
         samples=report.samples,
         output_tail=report.progress.output_tail,
         env=report.env,
-        variant=report.variant.spec if report.variant else "stock",
-        fixes=fixes,
+        compare=compare,
         report_dir=report.directory,
-        compare_args=compare_args,
     )
-    v.causes = causesmod.diagnose(facts, causesmod.load_rules(own))
+    rules = causesmod.checked_rules(pin.causes if pin is not None else ())
+    v.causes = causesmod.diagnose(facts, rules)
+    v.compare = compare
     v.waits_for = _waits_for(report)
-    if v.kind == "hang" and v.location:
+    if v.kind is Kind.HANG and v.location:
         _blame(report, pin, checkout, commit)
 
 
@@ -58,7 +65,7 @@ _CHILD = re.compile(r"wait4 for child (\d+)")
 def _waits_for(report: Report) -> str:
     """Who waits for whom along the tree, ending at the located (stuck) process."""
     v, s = report.verdict, report.samples
-    if v is None or s is None or v.kind != "hang":
+    if v is None or s is None or v.kind is not Kind.HANG:
         return ""
     waits = {w.pid: int(m[1]) for w in s.waits if w.tid == w.pid and (m := _CHILD.search(w.what))}
     found = located_frame(v, s)
@@ -85,7 +92,7 @@ def _blame(report: Report, pin: Pin | None, checkout: Path | None, commit: str |
         v.blame_skipped = "the located frame has no source file and line"
         return
     frame = found[1]
-    if pin is None or pin.source.kind != "git":
+    if pin is None or pin.source.kind is not SourceKind.GIT:
         what = f"a {pin.source.kind} source" if pin is not None else "a watched command"
         v.blame_skipped = (
             f"no history to blame: {what}, not a git checkout "

@@ -10,8 +10,10 @@ from rich.panel import Panel
 from rich.table import Table
 
 from harness import outcome
+from harness.outcome import Kind
 from harness.report.model import Report
 from harness.source.blame import HangBlame
+from harness.vocab import CheckStatus
 
 
 def next_step(r: Report, kind: str) -> str:
@@ -19,26 +21,22 @@ def next_step(r: Report, kind: str) -> str:
     exist (a --no-sample hang has no stacks.txt)."""
     where = r.directory
     stacks = where / "stacks.txt"
+    look = f"stacks: {stacks}; " if stacks.exists() else ""
     v = r.verdict
-    tries = [x for c in (v.causes if v else [])[:1] for x in c.remedies if "harness " in x]
-    if tries:
-        command = tries[0][tries[0].index("harness ") :]
-        look = f"stacks: {stacks}; " if stacks.exists() else ""
+    command = next((c.command for c in (v.causes if v else [])[:1] if c.command), "")
+    if command:
         return f"{look}{command}"
-    has_stacks = stacks.exists()
-    if kind == "hang" and r.pin and "fixed" in r.pin.variants:
-        spec = r.variant.spec if r.variant else "stock"
-        look = f"stacks: {stacks}; " if has_stacks else ""
-        return f"{look}does the fix help? harness compare {r.env} --variants {spec},fixed"
-    if kind == "hang":
-        if has_stacks:
+    if kind == Kind.HANG and v is not None and v.compare:
+        return f"{look}does the fix help? {v.compare}"
+    if kind == Kind.HANG:
+        if stacks.exists():
             return f"every thread's stack: {stacks}"
         return f"the command's whole output: {where / 'output.log'}"
-    if kind in ("crash", "error-exit"):
+    if kind in (Kind.CRASH, Kind.ERROR_EXIT):
         return f"the command's whole output: {where / 'output.log'}"
-    if kind == "check-failed":
+    if kind == Kind.CHECK_FAILED:
         return f"every check with its observed value and bound: {where / 'report.md'}"
-    if kind == "build-failed" and r.build:
+    if kind == Kind.BUILD_FAILED and r.build:
         return f"the build log: {r.build.log_path}"
     return ""
 
@@ -138,13 +136,15 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
         if r.progress.measured_sps:
             trained.append(f"mean SPS {short(r.progress.measured_sps)}")
         table.add_row("trained", ", ".join(trained) or "-")
-    failed = [c for c in r.checks if c.status == "fail"]
+    failed = [c for c in r.checks if c.status == CheckStatus.FAIL]
     if r.checks:
         context = (
-            "" if kind in ("pass", "check-failed") else " (context only: the run did not finish)"
+            ""
+            if kind in (Kind.PASS, Kind.CHECK_FAILED)
+            else " (context only: the run did not finish)"
         )
         table.add_row("checks", f"{len(r.checks) - len(failed)}/{len(r.checks)} passed{context}")
-    if kind == "check-failed":
+    if kind == Kind.CHECK_FAILED:
         for c in failed[:6]:
             detail = escape(f"{c.name}: observed {observed(c.observed)}, bound {c.bound}")
             table.add_row("", f"[yellow]✗[/] {detail}")

@@ -7,6 +7,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.vocab import EventKind, StackToolName, WaitKind
+
 
 @dataclass
 class Frame:
@@ -25,7 +27,7 @@ class ThreadStack:
     tid: int
     name: str
     frames: list[Frame]  # innermost first
-    source: str  # "gdb" | "eu-stack" | "py-spy"
+    source: StackToolName
     python: bool = False  # True for py-spy stacks
 
 
@@ -82,12 +84,18 @@ class ProcessEvent:
     """A process of the tree seen for the first time, or seen gone."""
 
     t: float  # seconds since launch (when the watch loop noticed)
-    event: str  # "start" | "exit"
+    event: EventKind
     pid: int
     ppid: int
     name: str
-    # exits: "exited 0", "exited 3", "killed by SIGKILL", "exited, status unknown"
+    # exits, for people (report.json keeps it): "exited 0", "exited 3", "killed by SIGKILL",
+    # "exited, status unknown"; what it says is in the three fields below
     status: str = ""
+    exit_code: int | None = None  # the exit code of a process that exited by itself
+    signal: int | None = None  # the signal that killed it
+    # the watch loop saw how it ended (a zombie's status, the root's returncode); False for
+    # a start, and for a process that vanished between two looks, reaped by someone else
+    status_known: bool = False
 
 
 @dataclass
@@ -96,7 +104,7 @@ class ThreadWait:
 
     pid: int
     tid: int
-    kind: str  # "tree" | "timed" | "outside" | "running" | "unknown" | "done"
+    kind: WaitKind
     what: str  # "futex wait, no timeout", "wait4 for child 1234 (in the tree)", ...
 
 

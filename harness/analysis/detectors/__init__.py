@@ -1,0 +1,25 @@
+"""The detectors of the cause rules: each looks at what a run left (stacks, the watch loop's
+lineage and exit statuses, lock cycles, the output) and returns one `Match` per finding.
+
+`registry` holds the contract (`@detector`, `Match`, `Inputs`, `Need`) and `DETECTORS`;
+the detectors live by topic: `process` (the process tree), `threads` (threads waiting on
+each other), `patterns` (a rule's own regexes). A new detector is a function with
+`@detector(...)` in one of them (a new topic module is imported below).
+"""
+
+from __future__ import annotations
+
+from harness.analysis.detectors import patterns, process, threads
+from harness.analysis.detectors.registry import DETECTORS, Detector, Inputs, Match, Need, run
+
+__all__ = [
+    "DETECTORS",
+    "Detector",
+    "Inputs",
+    "Match",
+    "Need",
+    "patterns",
+    "process",
+    "run",
+    "threads",
+]

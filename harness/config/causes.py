@@ -1,0 +1,241 @@
+"""Cause rules as data (harness/data/causes.toml and a pin's [[causes]]), read into typed
+`Rule`s. What can be checked without the detectors is checked here, at load: the verdict
+kinds and mechanisms against their registries, the confidence, the templates. A rule's
+`params` are checked where rules meet detectors (`harness.analysis.causes.check`), against
+the params class its detector declares; `bind_params` builds that class from the table
+(the regexes compiled) and lives here because it is about the TOML, not about detecting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import string
+import tomllib
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any, TypeVar
+
+from harness import vocab
+from harness.errors import HarnessError
+from harness.outcome import USAGE, Kind, kind_of
+from harness.vocab import Confidence, Mechanism
+
+SHIPPED = "harness/data/causes.toml"
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One cause rule: when it applies (verdict kinds, hang mechanisms), which detector
+    looks, and what is said (templates over the detector's fields and the common ones)."""
+
+    id: str
+    detector: str
+    kinds: tuple[Kind, ...]
+    sentence: str
+    confidence: Confidence = Confidence.MEDIUM
+    mechanisms: tuple[Mechanism, ...] = ()  # empty: any (hangs only have one)
+    remedies: tuple[str, ...] = ()
+    command: str = ""  # the one command to try ("{compare}"), a template; "" when none
+    # as written in the TOML; the detector's params class says what they may be
+    params: Mapping[str, Any] = field(default_factory=dict)
+    where: str = ""  # the file it came from, for errors
+
+    def fail(self, what: str) -> HarnessError:
+        """A one-line usage error about this rule."""
+        return HarnessError(f"{self.where}: cause {self.id}: {what}", USAGE)
+
+    @property
+    def templates(self) -> tuple[str, ...]:
+        return (self.sentence, *self.remedies, self.command)
+
+
+_formatter = string.Formatter()
+
+
+class _Fields(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def template_fields(text: str) -> set[str]:
+    """The `{field}` names a template uses."""
+    return {name for _, name, _, _ in _formatter.parse(text) if name}
+
+
+def _check_template(rule: Rule, text: str) -> None:
+    try:  # a template must format: `{field}` only (no positional, attribute or format spec)
+        text.format_map(_Fields())
+        for _, name, spec, conversion in _formatter.parse(text):
+            if name is not None and (not name.isidentifier() or spec or conversion):
+                raise ValueError(f"{{{name}}} is not a plain {{field}}")
+    except (IndexError, ValueError, KeyError, AttributeError) as exc:
+        raise rule.fail(f"bad template {text!r}: {exc}") from exc
+
+
+def _words(enum: type[vocab.E], values: Any, rule: Rule, what: str) -> tuple[vocab.E, ...]:
+    if isinstance(values, str) or not isinstance(values, list):
+        raise rule.fail(f"{what} must be a list of words")
+    try:
+        return tuple(vocab.parse(enum, v, what) for v in values)
+    except ValueError as exc:
+        raise rule.fail(str(exc)) from None
+
+
+def _kinds(values: Any, rule: Rule) -> tuple[Kind, ...]:
+    if isinstance(values, str) or not isinstance(values, list) or not values:
+        raise rule.fail("kinds must be a non-empty list of verdict kinds")
+    try:
+        return tuple(kind_of(v, "kinds") for v in values)
+    except ValueError as exc:
+        raise rule.fail(str(exc)) from None
+
+
+def _strings(values: Any, rule: Rule, what: str) -> tuple[str, ...]:
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise rule.fail(f"{what} must be a list of strings")
+    return tuple(values)
+
+
+_KEYS = frozenset(
+    [
+        "id",
+        "detector",
+        "kinds",
+        "mechanisms",
+        "sentence",
+        "confidence",
+        "remedies",
+        "command",
+        "params",
+    ]
+)
+
+
+def rule_from_table(table: Mapping[str, Any], where: str) -> Rule:
+    """One [[causes]] entry as a Rule; a one-line HarnessError naming `where`, the cause id
+    and what is allowed when it is not one."""
+    if not isinstance(table, Mapping):
+        raise HarnessError(f"{where}: a [[causes]] entry must be a table", USAGE)
+    ident = str(table.get("id", "?"))
+    rule = Rule(id=ident, detector="", kinds=(), sentence="", where=where)
+    for key in ("id", "detector", "kinds", "sentence"):
+        if key not in table:
+            raise rule.fail(f"missing required key '{key}'")
+    unknown = sorted(set(table) - _KEYS)
+    if unknown:
+        raise rule.fail(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_KEYS))})")
+    params = table.get("params", {})
+    if not isinstance(params, Mapping):
+        raise rule.fail("params must be a table")
+    try:
+        confidence = vocab.parse(Confidence, table.get("confidence", "medium"), "confidence")
+    except ValueError as exc:
+        raise rule.fail(str(exc)) from None
+    rule = dataclasses.replace(
+        rule,
+        detector=str(table["detector"]),
+        kinds=_kinds(table["kinds"], rule),
+        sentence=str(table["sentence"]),
+        confidence=confidence,
+        mechanisms=_words(Mechanism, table.get("mechanisms", []), rule, "mechanisms"),
+        remedies=_strings(table.get("remedies", []), rule, "remedies"),
+        command=str(table.get("command", "")),
+        params=dict(params),
+    )
+    for text in rule.templates:
+        _check_template(rule, text)
+    return rule
+
+
+def rules_from_tables(tables: Iterable[Mapping[str, Any]], where: str) -> tuple[Rule, ...]:
+    if isinstance(tables, Mapping | str):
+        raise HarnessError(f"{where}: causes must be an array of tables ([[causes]])", USAGE)
+    rules = tuple(rule_from_table(t, where) for t in tables)
+    seen: set[str] = set()
+    for rule in rules:
+        if rule.id in seen:
+            raise rule.fail("a second rule with this id")
+        seen.add(rule.id)
+    return rules
+
+
+@cache
+def shipped_rules() -> tuple[Rule, ...]:
+    """The rules shipped with the harness, after any pin's own."""
+    text = resources.files("harness").joinpath("data/causes.toml").read_text()
+    return rules_from_tables(tomllib.loads(text).get("causes", []), SHIPPED)
+
+
+# ---------------------------------------------------------------- a detector's params
+
+
+class NoParams:
+    """The params class of a detector that takes none."""
+
+
+def _convert(rule: Rule, name: str, tp: Any, value: Any) -> Any:
+    """A TOML value as the declared type; a regex compiled."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        if not isinstance(value, list):
+            raise rule.fail(f"params.{name} must be a list")
+        return tuple(_convert(rule, f"{name}[{i}]", args[0], v) for i, v in enumerate(value))
+    if tp is re.Pattern or origin is re.Pattern:
+        if not isinstance(value, str):
+            raise rule.fail(f"params.{name} must be a regex (a string)")
+        try:
+            return re.compile(value)
+        except re.error as exc:
+            raise rule.fail(f"params.{name}: bad regex {value!r}: {exc}") from None
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if tp in (str, int, bool) and type(value) is tp:
+        return value
+    raise rule.fail(f"params.{name} must be a {getattr(tp, '__name__', tp)}, not {value!r}")
+
+
+def param_specs(cls: type[Any]) -> list[tuple[str, Any, bool]]:
+    """(name, type, required) per field of a params class: what `params` may hold."""
+    if not dataclasses.is_dataclass(cls):
+        return []
+    hints = typing.get_type_hints(cls)
+    return [
+        (
+            f.name,
+            hints[f.name],
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(cls)
+    ]
+
+
+def describe_params(cls: type[Any]) -> str:
+    specs = param_specs(cls)
+    if not specs:
+        return "no params"
+    return ", ".join(f"{n}{'' if req else '?'}" for n, _, req in specs)
+
+
+def bind_params(rule: Rule, cls: type[P], detector: str) -> P:
+    """The rule's params as the detector's params class `cls` (a dataclass whose fields
+    are the params, typed with one of the types above; a field without a default is
+    required). Unknown or missing params and bad values are one-line usage errors."""
+    specs = param_specs(cls)
+    known = {n for n, _, _ in specs}
+    unknown = sorted(set(rule.params) - known)
+    takes = describe_params(cls)
+    if unknown:
+        raise rule.fail(
+            f"detector {detector} takes {takes}, not params.{', params.'.join(unknown)}"
+        )
+    missing = [n for n, _, req in specs if req and n not in rule.params]
+    if missing:
+        raise rule.fail(f"detector {detector} needs params.{', params.'.join(missing)}")
+    values = {n: _convert(rule, n, tp, rule.params[n]) for n, tp, _ in specs if n in rule.params}
+    return cls(**values)
