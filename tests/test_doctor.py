@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -15,11 +16,14 @@ import psutil
 import pytest
 
 from harness import doctor
-from harness.doctor import host
+from harness.doctor import host, tools
 from harness.doctor.gpu import judge_nvml
 from harness.doctor.model import ProbeContext
 from harness.doctor.openmp import judge_fork
 from harness.doctor.tracing import probe_ptrace
+from harness.process.tools import started
+from harness.sampling import tools as stack_tools
+from harness.vocab import DoctorStatus
 from tests import facts
 
 pytestmark = pytest.mark.timeout(60)
@@ -178,7 +182,10 @@ def test_path_without_gdb_degrades_to_eu_stack(tmp_path: Path) -> None:
     assert set(probes) == NAMES
     gdb = probes["tool:gdb"]
     assert gdb.status == "warn"
-    assert "degrade to eu-stack" in gdb.hint
+    # eu-stack comes first in the sampler's registry: gdb is its fallback
+    assert "the fallback after eu-stack" in gdb.hint
+    assert "native stacks come from eu-stack alone" in gdb.hint
+    assert probes["tool:eu-stack"].status == "ok"
     assert probes["tool:gcc"].status == "fail"
     assert probes["openmp"].status == "fail"
     assert probes["openmp-after-fork"].status == "skip"
@@ -186,20 +193,52 @@ def test_path_without_gdb_degrades_to_eu_stack(tmp_path: Path) -> None:
     assert _children() == []
 
 
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb not installed")
+def test_path_without_eu_stack_says_gdb_takes_over(tmp_path: Path) -> None:
+    (tmp_path / "gdb").symlink_to(str(shutil.which("gdb")))
+    ctx = ProbeContext.make(10.0, str(tmp_path))
+    eu = tools.probe_tool(next(t for t in tools.TOOLS if t.name == "eu-stack"), ctx)
+    assert eu.status == "warn" and eu.detail == "eu-stack not found on PATH"
+    assert eu.hint.startswith("install elfutils")
+    assert "the first native stack tool" in eu.hint
+    assert "native stacks come from gdb alone" in eu.hint
+    # the ptrace probe attaches the way the sampler would: here with gdb
+    if os.geteuid() == 0:
+        probe = probe_ptrace(ctx)
+        assert probe.status == "ok" and probe.detail.startswith("gdb attached"), probe
+    assert _children() == []
+
+
+def test_stack_tools_follow_the_sampler_registry() -> None:
+    stack = [t.name for t in tools.TOOLS if t.stack is not None]
+    assert stack == [t.name.value for t in stack_tools.TOOLS]
+    assert len(stack) >= 3
+    names = [t.name for t in tools.TOOLS]
+    assert names.index("gcc") < names.index(stack[0])  # stack tools after gcc, in order
+    assert names[names.index(stack[0]) : names.index(stack[0]) + len(stack)] == stack
+
+
 def test_no_stack_tool_at_all(tmp_path: Path) -> None:
     probes = {p.name: p for p in doctor.run_doctor(timeout_s=10.0, path=str(tmp_path))}
-    assert "no native stacks" in probes["tool:gdb"].hint
+    for tool in stack_tools.of_kind("native"):
+        assert "samples have no native stacks" in probes[f"tool:{tool.name}"].hint
+    assert "samples have no Python stacks" in probes["tool:py-spy"].hint or (
+        probes["tool:py-spy"].status == "ok"  # py-spy is also found next to the interpreter
+    )
     assert probes["ptrace"].status == "skip"
+    assert "no eu-stack or gdb to attach with" in probes["ptrace"].detail
 
 
-def _fake_gdb(folder: Path, body: str) -> None:
-    gdb = folder / "gdb"
-    gdb.write_text(f"#!/bin/sh\n{body}\n")
-    gdb.chmod(0o755)
+def _fake_native_tools(folder: Path, body: str) -> None:
+    """Every native stack tool of the registry as a script: the probe uses the first."""
+    for tool in stack_tools.of_kind("native"):
+        exe = folder / tool.name
+        exe.write_text(f"#!/bin/sh\n{body}\n")
+        exe.chmod(0o755)
 
 
 def test_ptrace_denied_gives_the_capability_hint(tmp_path: Path) -> None:
-    _fake_gdb(tmp_path, 'echo "ptrace: Operation not permitted." >&2; exit 1')
+    _fake_native_tools(tmp_path, 'echo "ptrace: Operation not permitted." >&2; exit 1')
     probe = probe_ptrace(ProbeContext.make(5.0, str(tmp_path)))
     assert probe.status == "fail"
     assert probe.hint == doctor.PTRACE_HINT
@@ -207,7 +246,7 @@ def test_ptrace_denied_gives_the_capability_hint(tmp_path: Path) -> None:
 
 
 def test_a_hanging_attach_is_cut_off_and_cleaned_up(tmp_path: Path) -> None:
-    _fake_gdb(tmp_path, "exec sleep 30")
+    _fake_native_tools(tmp_path, "exec sleep 30")
     start = time.monotonic()
     probe = probe_ptrace(ProbeContext.make(1.0, f"{tmp_path}:/usr/bin:/bin"))
     assert time.monotonic() - start < 4.0
@@ -231,12 +270,12 @@ def test_main_exit_code_follows_fail(
 ) -> None:
     import argparse
 
-    ok = [doctor.Probe("a", "ok", "fine"), doctor.Probe("b", "warn", "meh")]
+    ok = [doctor.Probe("a", DoctorStatus.OK, "fine"), doctor.Probe("b", DoctorStatus.WARN, "meh")]
     monkeypatch.setattr(doctor, "run_doctor", lambda timeout_s: ok)
     assert doctor.main(argparse.Namespace(json=True)) == 0
     assert json.loads(capsys.readouterr().out)["counts"]["warn"] == 1
     monkeypatch.setattr(
-        doctor, "run_doctor", lambda timeout_s: [*ok, doctor.Probe("c", "fail", "x")]
+        doctor, "run_doctor", lambda timeout_s: [*ok, doctor.Probe("c", DoctorStatus.FAIL, "x")]
     )
     assert doctor.main(argparse.Namespace(json=False)) == 1
     assert "c " in capsys.readouterr().out
@@ -257,3 +296,56 @@ def test_nvml_partial_library_is_a_warning() -> None:
     assert probe.status == "warn" and "garbage" in probe.hint
     gpu = judge_nvml({"binding": "pynvml", "count": 1, "gpu": 0, "mem": 3})
     assert gpu.status == "ok" and "gpu 0%" in gpu.detail
+
+
+# ------------------------------------------------ process.tools.started (the probes' targets)
+
+_READY_THEN_WAIT = "import time; print('ready', flush=True); time.sleep(30)"
+
+
+def test_started_waits_for_ready_and_kills_the_session(python_exe: str) -> None:
+    # a grandchild in the same session must go too (the shell's background sleep)
+    argv = ["sh", "-c", f'sleep 30 & echo "kid $!"; exec {python_exe} -c "{_READY_THEN_WAIT}"']
+    with started(argv, ready="ready") as target:
+        assert target.ready and b"kid " in target.output
+        kid = int(target.output.split(b"kid ")[1].split()[0])
+        assert psutil.pid_exists(target.pid) and psutil.pid_exists(kid)
+    assert target.proc.returncode == -signal.SIGKILL
+    assert not _running(kid)
+    assert _children() == []
+
+
+def test_started_kills_and_reaps_when_the_block_raises() -> None:
+    with pytest.raises(RuntimeError, match="probe bug"), started(["sleep", "30"]) as target:
+        raise RuntimeError("probe bug")
+    assert target.proc.returncode == -signal.SIGKILL
+    assert _children() == []
+
+
+def test_started_limit_kills_a_child_whose_block_hangs() -> None:
+    start = time.monotonic()
+    with started(["sleep", "30"], limit_s=0.3) as target:
+        deadline = time.monotonic() + 5
+        while _running(target.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _running(target.pid)  # killed by the limit, not yet reaped
+        assert 0.25 < time.monotonic() - start < 3
+    assert target.proc.returncode == -signal.SIGKILL
+    assert _children() == []
+
+
+def test_started_ready_times_out(python_exe: str) -> None:
+    start = time.monotonic()
+    with started(
+        [python_exe, "-c", "import time; time.sleep(30)"], ready="ready", ready_s=0.3
+    ) as t:
+        assert not t.ready and t.output == b""
+        assert 0.25 < time.monotonic() - start < 3
+    assert _children() == []
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -4,6 +4,7 @@ its timeout run against a stand-in torch that blocks the way a wedged driver doe
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
 import json
@@ -159,3 +160,31 @@ def test_a_crashing_child_is_a_failure_not_an_exception(tmp_path: Path) -> None:
 def test_an_unknown_check_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown GPU check"):
         torchgpu.run_check("nope", ProbeContext.make(1.0, None))
+
+
+def test_the_one_nvml_reader_follows_the_platform() -> None:
+    """`nvml` and `gpu:nvml-values` read through doctor/nvml.py; here in a child, as they do."""
+    code = "import json; from harness.doctor import gpu; print(json.dumps(gpu.read_device0()))"
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    data = json.loads(res.stdout.strip().splitlines()[-1])
+    has_pynvml = importlib.util.find_spec("pynvml") is not None
+    assert data["binding"] == ("pynvml" if has_pynvml else "ctypes")
+    if not facts.nvml_loadable() and not has_pynvml:
+        assert "libnvidia-ml" in data["absent"], data
+    elif facts.gpu_visible():
+        assert data["count"] >= 1 and 0 <= data["gpu"] <= 100 and 0 <= data["mem"] <= 100, data
+    else:
+        assert "error" in data or "absent" in data or data["count"] == 0, data
+
+
+def test_no_private_names_cross_the_doctor_modules() -> None:
+    """One NVML reader with public names: no doctor module imports another's `_name`."""
+    modules = sorted(Path(doctor.__file__).parent.glob("*.py"))
+    assert len(modules) >= 5
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness."):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{path.name} imports {private} from {node.module}"

@@ -22,6 +22,7 @@ import pytest
 
 from harness.process.tools import ToolResult, run_tool
 from harness.sampling import stacks
+from harness.sampling import tools as stack_tools
 from harness.sampling.frames import FrameContext, MemoryMap, is_inline
 from harness.sampling.model import SampleSet, ThreadStack, to_json
 from harness.sampling.parsers import (
@@ -33,6 +34,7 @@ from harness.sampling.parsers import (
 )
 from harness.sampling.sample import sample_tree
 from harness.sampling.stacks import MAX_STACK_PROCESSES, stack_workers
+from harness.vocab import StackToolName
 
 if TYPE_CHECKING:
     from tests.conftest import Spawned
@@ -663,6 +665,50 @@ def test_slow_printer_progresses_and_exits(programs_dir: Path, python_exe: str) 
 
 
 # ----------------------------------------------------------------------------- parsers
+
+
+def test_the_registry_orders_the_tools_and_derives_the_choices() -> None:
+    names = [t.name for t in stack_tools.TOOLS]
+    assert names == [StackToolName.EU_STACK, StackToolName.GDB, StackToolName.PY_SPY]
+    assert stack_tools.choices("native") == ["auto", "eu-stack", "gdb", "none"]
+    assert stack_tools.choices("python") == ["auto", "py-spy", "none"]
+    assert [t.name for t in stack_tools.wanted("native", "auto")] == names[:2]
+    assert [t.name for t in stack_tools.wanted("native", "gdb")] == [StackToolName.GDB]
+    assert stack_tools.wanted("python", "none") == ()
+    with pytest.raises(ValueError, match="not one of auto, eu-stack, gdb, none"):
+        stack_tools.wanted("native", "py-spy")
+    assert stack_tools.auto_text("native") == "eu-stack, else gdb"
+
+
+def test_each_tool_parses_what_its_command_line_asks_for() -> None:
+    """The records tie argv to parser: eu-stack -q output goes with eu-addr2line's names."""
+    eu = stack_tools.by_name(StackToolName.EU_STACK)
+    assert eu.argv(stack_tools.Invocation("/x/eu-stack", 42, named=True))[-1] == "-q"
+    assert eu.argv(stack_tools.Invocation("/x/eu-stack", 42))[-2:] == ["-s", "-i"]
+    py = stack_tools.by_name(StackToolName.PY_SPY)
+    assert "--native" in py.argv(stack_tools.Invocation("/x/py-spy", 5, py_native=True))
+    assert "--native" not in py.argv(stack_tools.Invocation("/x/py-spy", 5))
+    gdb = stack_tools.by_name(StackToolName.GDB)
+    text = "Thread 1 (LWP 10):\n#0  0x0000000000401136 in spin () at prog.c:3\n"
+    (st,) = gdb.parse(stack_tools.Dump("", text, 10, FrameContext()))  # gdb's stderr counts
+    assert (st.tid, st.source, st.frames[0].function) == (10, StackToolName.GDB, "spin")
+    json_dump = '[{"pid": 5, "os_thread_id": 5, "thread_name": "MainThread", "frames": []}]'
+    (st,) = py.parse(stack_tools.Dump(json_dump, "py-spy: warning", 5, FrameContext()))
+    assert (st.source, st.python) == (StackToolName.PY_SPY, True)
+
+
+def test_plan_follows_the_registry_and_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", path_with(tmp_path, "gdb", "eu-stack", "eu-addr2line"))
+    result = SampleSet([], [], [], {}, [], 0.0)
+    plan = stacks.plan_tools("auto", "none", result)
+    available = [t.name for t in stack_tools.of_kind("native") if shutil.which(t.name)]
+    assert [t.name for t in plan.native] == available
+    assert plan.python is None and plan.python_wanted == ()
+    if available[:1] == [StackToolName.EU_STACK]:
+        assert plan.named(plan.native[0]) is (shutil.which("eu-addr2line") is not None)
+    assert result.tools == ({} if available[:1] == ["eu-stack"] else {"eu-stack": "missing"})
 
 
 def test_parse_gdb_variants() -> None:

@@ -3,13 +3,19 @@ that name only files that exist, numbers as the trainer meant them."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
+from harness.report import writers
 from harness.report.console import count
+from harness.report.model import Report
+from harness.report.store import finish
+from harness.sampling.model import Frame, SampleSet, ThreadStack
+from harness.vocab import StackToolName
 from tests.harness_cli import ROOT, harness
 
 PROGRAMS = ROOT / "tests" / "programs"
@@ -65,3 +71,63 @@ def test_counts_are_exact() -> None:
     assert count(1_048_576.0) == "1,048,576"
     assert count(4.0) == "4"
     assert count(0.5) == "0.50"
+
+
+# ---------------------------------------------------------------- the report's files
+
+
+def _report(folder: Path, samples: bool) -> Report:
+    folder.mkdir(parents=True)
+    report = Report("run-1", folder, ["harness", "watch"], "watch", env="x")
+    if samples:
+        stack = ThreadStack(7, 7, "main", [Frame("env_start", own=True)], StackToolName.GDB)
+        report.samples = SampleSet([], [], [stack], {"gdb": "used"}, ["a note"], 0.1)
+    return report
+
+
+def test_finish_writes_every_registered_file_and_lists_it(tmp_path: Path) -> None:
+    report = _report(tmp_path / "r", samples=True)
+    finish(report)
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    names = [w.name for w in writers.WRITERS]
+    assert len(names) >= 5 and names[-1] == "report.html"  # the page links the others
+    assert sorted(data["artifacts"]) == sorted(names), data["notes"]
+    assert "env_start" in (tmp_path / "r" / "stacks.txt").read_text()
+    assert data["notes"] == []
+
+
+def test_without_samples_there_are_no_stack_files(tmp_path: Path) -> None:
+    report = _report(tmp_path / "r", samples=False)
+    finish(report)
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert "report.md" in data["artifacts"]
+    assert not {"stacks.txt", "samples.json"} & set(data["artifacts"])
+    assert not (tmp_path / "r" / "stacks.txt").exists()
+
+
+def test_a_failing_writer_is_a_note_and_the_others_are_written(tmp_path: Path) -> None:
+    def broken(report: Report) -> str:
+        raise RuntimeError(f"no {report.env}")
+
+    report = _report(tmp_path / "r", samples=False)
+    chain = (writers.Writer("broken.txt", broken), *writers.WRITERS)
+    written = writers.write_all(report, chain)
+    assert report.notes == ["broken.txt not written: RuntimeError('no x')"]
+    assert written == ["report.md", "junit.xml", "report.html"]
+    assert all((tmp_path / "r" / name).is_file() for name in written)
+    assert not (tmp_path / "r" / "broken.txt").exists()
+
+
+def test_report_json_lists_the_files_of_the_folder_not_a_write_in_progress(
+    tmp_path: Path,
+) -> None:
+    report = _report(tmp_path / "r", samples=False)
+    (tmp_path / "r" / "output.log").write_text("a line\n")
+    (tmp_path / "r" / ".report.md.x1y2").write_text("half")  # an atomic write under way
+    (tmp_path / "r" / "workdir").mkdir()  # a trainer's working folder is no artifact
+    finish(report)
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert sorted(data["artifacts"]) == sorted(
+        ["output.log", "report.md", "junit.xml", "report.html"]
+    )
+    assert data["artifacts"]["output.log"] == "output.log"

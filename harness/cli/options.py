@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harness.execute.runner import SampleOptions, split_assignments
+from harness.cli.assignments import split_assignments
+from harness.execute.runner import SampleOptions
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S
 from harness.outcome import USAGE
 from harness.pipeline.options import RunOptions
 from harness.report.live import LiveProgress
+from harness.sampling import tools as stack_tools
 
 
 class Parser(argparse.ArgumentParser):
@@ -138,17 +140,19 @@ def add_trainer_options(
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
+    # the choices and what auto means come from the stack-tool registry (sampling/tools.py)
     p.add_argument(
         "--native",
-        choices=["auto", "gdb", "eu-stack", "none"],
-        default="auto",
-        help="native stack tool (auto: eu-stack, else gdb)",
+        choices=stack_tools.choices("native"),
+        default=stack_tools.AUTO,
+        help=f"native stack tool (auto: {stack_tools.auto_text('native')})",
     )
     p.add_argument(
         "--python-stacks",
-        choices=["auto", "py-spy", "none"],
-        default="auto",
-        help="Python stack tool for Python processes of the tree (auto: py-spy when present)",
+        choices=stack_tools.choices("python"),
+        default=stack_tools.AUTO,
+        help="Python stack tool for Python processes of the tree "
+        f"(auto: {stack_tools.auto_text('python')} when present)",
     )
     p.add_argument("--no-sample", action="store_true", help="do not sample threads on suspicion")
     p.add_argument("--tee", action="store_true", help="show the command's output live (on stderr)")

@@ -7,17 +7,17 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from harness.dashboard.puffer3 import _interpret3
-from harness.dashboard.puffer5 import _interpret5, _oneline5
+from harness.dashboard.puffer3 import interpret3
+from harness.dashboard.puffer5 import interpret5, oneline5
 from harness.dashboard.text import (
     MAX_FRAME_LINES,
     MAX_LINE_CHARS,
     MAX_ROW_CHARS,
     MetricsFrame,
-    _clean,
-    _rule,
-    _segments,
-    _Sink,
+    Sink,
+    clean_line,
+    is_rule,
+    segments,
 )
 
 PROGRESS_KEYS = ("agent_steps", "epoch", "SPS", "uptime")
@@ -45,10 +45,10 @@ class _BoxParser:
     def feed(self, line: str) -> list[MetricsFrame]:
         self._line_no += 1
         frames: list[MetricsFrame] = []
-        for new_screen, raw in _segments(line[:MAX_LINE_CHARS]):
+        for new_screen, raw in segments(line[:MAX_LINE_CHARS]):
             if new_screen:  # the screen is redrawn from the top: a cut frame is lost
                 self._reset()
-            frames.extend(self._clean_line(_clean(raw)))
+            frames.extend(self._clean_line(clean_line(raw)))
         return frames
 
     def finish(self) -> list[MetricsFrame]:
@@ -62,12 +62,12 @@ class _BoxParser:
         self._rows, self._in_box = [], False
 
     def _clean_line(self, s: str) -> list[MetricsFrame]:
-        if _rule(s, "╭", "╮"):
+        if is_rule(s, "╭", "╮"):
             self._rows, self._in_box = [], True
             return []
         if not self._in_box:
             return self._outside(s)
-        if _rule(s, "╰", "╯"):
+        if is_rule(s, "╰", "╯"):
             frame = self._frame(complete=True)
             self._reset()
             return [frame] if frame is not None else []
@@ -83,10 +83,10 @@ class _BoxParser:
         version = _version_of(self._rows)
         if not version:  # some other box (a traceback panel, a table): not a dashboard
             return None
-        reader = _interpret3 if version == "3" else _interpret5
+        reader = interpret3 if version == "3" else interpret5
         return self._emit(reader(self._rows), complete)
 
-    def _emit(self, sink: _Sink, complete: bool) -> MetricsFrame:
+    def _emit(self, sink: Sink, complete: bool) -> MetricsFrame:
         frame = MetricsFrame(self._count, sink.metrics, sink.text, self._line_no, complete)
         self._count += 1
         return frame
@@ -96,7 +96,7 @@ class Puffer5Parser(_BoxParser):
     name = "puffer5"
 
     def _outside(self, s: str) -> list[MetricsFrame]:
-        sink = _oneline5(s)
+        sink = oneline5(s)
         return [self._emit(sink, True)] if sink is not None and sink.metrics else []
 
 

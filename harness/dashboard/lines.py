@@ -3,7 +3,7 @@ progress)."""
 
 from __future__ import annotations
 
-from harness.dashboard.text import MAX_LINE_CHARS, MetricsFrame, _clean
+from harness.dashboard.text import MAX_LINE_CHARS, MetricsFrame, clean_line
 
 
 class LinesParser:
@@ -17,7 +17,7 @@ class LinesParser:
 
     def feed(self, line: str) -> list[MetricsFrame]:
         self._line_no += 1
-        if not _clean(line[:MAX_LINE_CHARS]):
+        if not clean_line(line[:MAX_LINE_CHARS]):
             return []
         self._count += 1
         return [MetricsFrame(self._count - 1, {}, {}, self._line_no)]

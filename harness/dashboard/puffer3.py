@@ -11,15 +11,15 @@ from collections.abc import Sequence
 from harness.dashboard.text import (
     MAX_ROW_CHARS,
     SUMMARY_KEYS,
-    _cells_at,
-    _inner,
-    _key,
-    _put_summary,
-    _put_timing,
-    _resolve,
-    _Sink,
-    _slug,
-    _version,
+    Sink,
+    box_inner,
+    cells_at,
+    label_key,
+    put_summary,
+    put_timing,
+    put_version,
+    resolve_label,
+    slug,
 )
 from harness.dashboard.values import parse_number, parse_value
 
@@ -55,39 +55,39 @@ HEADER3_KEYS = {
 
 def _find_cell(lines: Sequence[str], word: str) -> int | None:
     for i, line in enumerate(lines):
-        if any(text == word for _, text in _cells_at(line)):
+        if any(text == word for _, text in cells_at(line)):
             return i
     return None
 
 
-def _header3(lines: Sequence[str], sink: _Sink) -> None:
+def _header3(lines: Sequence[str], sink: Sink) -> None:
     """The "CPU: 45.2%" cells. At 80 columns rich wraps a value onto the next line under its
     label, so a label without a value takes the cells below it (columns ±2: the 🐡 is one
     character but two columns wide)."""
     if not lines:
         return
-    _version(lines[0], sink)
-    cells = _cells_at(lines[0])
+    put_version(lines[0], sink)
+    cells = cells_at(lines[0])
     for n, (start, text) in enumerate(cells):
         m = re.fullmatch(r"([A-Za-z]+):\s*(.*)", text)
         if m:
             end = cells[n + 1][0] if n + 1 < len(cells) else MAX_ROW_CHARS
             value = m[2] or _below(lines[1:], start - 2, end - 2)
-            sink.num(HEADER3_KEYS.get(m[1], f"util/{_slug(m[1])}"), parse_number(value))
+            sink.num(HEADER3_KEYS.get(m[1], f"util/{slug(m[1])}"), parse_number(value))
 
 
 def _below(lines: Sequence[str], lo: int, hi: int) -> str:
-    return " ".join(t for line in lines for p, t in _cells_at(line) if lo <= p < hi)
+    return " ".join(t for line in lines for p, t in cells_at(line) if lo <= p < hi)
 
 
 class _Monitor3:
     """The Summary | Performance | Losses block, cut into columns at the header's offsets."""
 
-    def __init__(self, sink: _Sink, head: str) -> None:
+    def __init__(self, sink: Sink, head: str) -> None:
         self.sink = sink
         self.parent = "eval"
         self.last_text = ""
-        cells = _cells_at(head)
+        cells = cells_at(head)
         starts = {text: pos for pos, text in reversed(cells)}
         self.s0 = starts.get("Summary", 0)
         self.l0 = starts.get("Losses")
@@ -106,7 +106,7 @@ class _Monitor3:
         self._perf(p_part)
 
     def _summary(self, part: str) -> None:
-        cells = _cells_at(part)
+        cells = cells_at(part)
         if not cells:
             return
         if cells[0][0] > 1:  # no label: rich wrapped the previous text value
@@ -114,38 +114,38 @@ class _Monitor3:
                 joined = " ".join([self.sink.text[self.last_text], *(t for _, t in cells)])
                 self.sink.txt(self.last_text, joined)
             return
-        label = _resolve(cells[0][1], SUMMARY_KEYS)
-        self.last_text = _put_summary(self.sink, label, cells[1][1] if len(cells) > 1 else "")
+        label = resolve_label(cells[0][1], SUMMARY_KEYS)
+        self.last_text = put_summary(self.sink, label, cells[1][1] if len(cells) > 1 else "")
 
     def _perf(self, part: str) -> None:
-        cells = _cells_at(part)
+        cells = cells_at(part)
         if not cells:
             return
-        label = _resolve(cells[0][1], [lab for par, lab in PERF3 if par in ("", self.parent)])
+        label = resolve_label(cells[0][1], [lab for par, lab in PERF3 if par in ("", self.parent)])
         value = " ".join(t for _, t in cells[1:])
-        self.parent = _put_timing(self.sink, PERF3, self.parent, label, value)
+        self.parent = put_timing(self.sink, PERF3, self.parent, label, value)
 
     def _loss(self, part: str) -> None:
-        cells = _cells_at(part)
+        cells = cells_at(part)
         if len(cells) >= 2:
-            name = _resolve(cells[0][1], LOSSES3)
-            self.sink.num(f"loss/{_key(name)}", parse_value(cells[1][1]))
+            name = resolve_label(cells[0][1], LOSSES3)
+            self.sink.num(f"loss/{label_key(name)}", parse_value(cells[1][1]))
 
 
-def _user3(lines: Sequence[str], sink: _Sink) -> None:
+def _user3(lines: Sequence[str], sink: Sink) -> None:
     """Two "User Stats | Value" tables side by side → env/<name>."""
-    starts = [pos for pos, text in _cells_at(lines[0]) if text == "User Stats"]
+    starts = [pos for pos, text in cells_at(lines[0]) if text == "User Stats"]
     bounds = [*starts, None] if starts else [0, None]
     for line in lines[1:]:
         for a, b in itertools.pairwise(bounds):
-            cells = [t for _, t in _cells_at(line[a:b])]
+            cells = [t for _, t in cells_at(line[a:b])]
             for label, value in zip(cells[::2], cells[1::2], strict=False):
-                sink.put(f"env/{_key(label)}", value)
+                sink.put(f"env/{label_key(label)}", value)
 
 
-def _interpret3(rows: Sequence[str]) -> _Sink:
-    sink = _Sink()
-    lines = [c for c in (_inner(r) for r in rows) if c is not None]
+def interpret3(rows: Sequence[str]) -> Sink:
+    sink = Sink()
+    lines = [c for c in (box_inner(r) for r in rows) if c is not None]
     i_sum = _find_cell(lines, "Summary")
     i_user = _find_cell(lines, "User Stats")
     ends = [i for i in (i_sum, i_user) if i is not None]

@@ -10,17 +10,17 @@ from collections.abc import Sequence
 
 from harness.dashboard.text import (
     SUMMARY_KEYS,
-    _env_key,
-    _inner,
-    _key,
-    _put_summary,
-    _put_timing,
-    _Sink,
-    _slug,
-    _token_cells,
-    _version,
+    Sink,
+    box_inner,
+    env_label_key,
+    label_key,
+    put_summary,
+    put_timing,
+    put_version,
+    slug,
+    token_cells,
 )
-from harness.dashboard.values import _is_value_token, parse_number, parse_value
+from harness.dashboard.values import is_value_token, parse_number, parse_value
 
 PERF5 = {  # 5.0 timing column, (parent, label) → key; parents have parent ""
     ("", "Evaluate"): "perf/rollout",
@@ -46,7 +46,7 @@ def _fits(content: str, gaps: Sequence[tuple[int, int]]) -> bool:
 def _panel5_cells(content: str) -> list[tuple[str, str]]:
     """The 3-column panel row: exact upstream geometry first, generic tokens otherwise."""
     if not _fits(content, _PANEL5_GAPS):
-        return _token_cells(content, text_labels=("Env",))
+        return token_cells(content, text_labels=("Env",))
     timing = f"{content[41:47].strip()} {content[48:52].strip()}".strip()
     return [
         (content[1:10].strip(), content[11:24].strip()),
@@ -57,14 +57,14 @@ def _panel5_cells(content: str) -> list[tuple[str, str]]:
 
 def _user5_cells(content: str) -> list[tuple[str, str]]:
     if not _fits(content, _USER5_GAPS):
-        return _token_cells(content)
+        return token_cells(content)
     left = (content[1:26].strip(), content[27:36].strip())
     right = (content[39:64].strip(), content[65:74].strip())
     return [c for c in (left, right) if c[0]]
 
 
-def _header5(content: str, sink: _Sink) -> None:
-    _version(content, sink)
+def _header5(content: str, sink: Sink) -> None:
+    put_version(content, sink)
     for m in re.finditer(r"([A-Za-z][A-Za-z_]*):\s*([^\s:]+)", content):
         label, value = m[1], m[2]
         if label == "VRAM":  # "3.1/48G": used and total GB
@@ -72,19 +72,19 @@ def _header5(content: str, sink: _Sink) -> None:
             sink.num("util/vram_used_gb", parse_number(used))
             sink.num("util/vram_total_gb", parse_number(total))
         else:
-            sink.num(HEADER5_KEYS.get(label, f"util/{_slug(label)}"), parse_number(value))
+            sink.num(HEADER5_KEYS.get(label, f"util/{slug(label)}"), parse_number(value))
 
 
 def _section_prefix(title: str) -> str:
-    slug = _slug(title)
-    return "env" if slug in ENV_TITLES else slug
+    name = slug(title)
+    return "env" if name in ENV_TITLES else name
 
 
 class _Box5:
     """Reads the rows of one 5.0 box (borders excluded) into a sink."""
 
     def __init__(self) -> None:
-        self.sink = _Sink()
+        self.sink = Sink()
         self.title: str | None = None  # the current section's title, when it has one
         self.kind = ""  # "", "header", "panel" for the current section
         self.rows = 0  # rows read in the current section
@@ -98,7 +98,7 @@ class _Box5:
         if row.startswith("├"):  # a mid rule, possibly titled "├─ Rewards ───┤"
             self._new_section(row.strip("├┤─ ") or None)
             return
-        content = _inner(row)
+        content = box_inner(row)
         if content is None:  # other output interleaved with the box
             return
         if not content.strip():
@@ -115,7 +115,7 @@ class _Box5:
         toks = content.split()
         if self.rows or self.title is not None or self.kind or len(toks) > 4:
             return False
-        if any(_is_value_token(t) for t in toks) or toks[0] in SUMMARY_KEYS:
+        if any(is_value_token(t) for t in toks) or toks[0] in SUMMARY_KEYS:
             return False
         self.title = content.strip()
         return True
@@ -124,13 +124,13 @@ class _Box5:
         if self.title is not None:
             prefix = _section_prefix(self.title)
             for label, value in _user5_cells(content):
-                self.sink.put(f"{prefix}/{_key(label)}", value)
+                self.sink.put(f"{prefix}/{label_key(label)}", value)
         elif self.kind == "panel" or (not self.panel_seen and self._panel_like(content)):
             self.kind, self.panel_seen = "panel", True
             self._panel(content)
         else:
             for label, value in _user5_cells(content):
-                self.sink.put(_env_key(label), value)
+                self.sink.put(env_label_key(label), value)
 
     @staticmethod
     def _panel_like(content: str) -> bool:
@@ -142,15 +142,15 @@ class _Box5:
     def _panel(self, content: str) -> None:
         for i, (label, value) in enumerate(_panel5_cells(content)):
             if i == 0:
-                _put_summary(self.sink, label, value)
+                put_summary(self.sink, label, value)
             elif i == 1:
-                self.parent = _put_timing(self.sink, PERF5, self.parent, label, value)
+                self.parent = put_timing(self.sink, PERF5, self.parent, label, value)
             elif label:
-                key = "loss/total" if label == "Losses" else f"loss/{_slug(label)}"
+                key = "loss/total" if label == "Losses" else f"loss/{slug(label)}"
                 self.sink.num(key, parse_value(value))
 
 
-def _interpret5(rows: Sequence[str]) -> _Sink:
+def interpret5(rows: Sequence[str]) -> Sink:
     box = _Box5()
     for row in rows:
         box.row(row)
@@ -160,14 +160,14 @@ def _interpret5(rows: Sequence[str]) -> _Sink:
 _ONELINE_RE = re.compile(r"PufferLib\s+5\.\d+\s{2,}(.*)", re.ASCII)
 
 
-def _oneline5(s: str) -> _Sink | None:
+def oneline5(s: str) -> Sink | None:
     """The compact 5.0 form. It may be cut at the terminal's width, so a field counts only
     when the two-space separator follows it, or when it is to_go (printed last)."""
     m = _ONELINE_RE.match(s)
     if not m:
         return None
-    sink = _Sink()
-    _version(s, sink)
+    sink = Sink()
+    put_version(s, sink)
     chunks = re.split(r"\s{2,}", m[1])  # values never hold two spaces in a row
     for i, chunk in enumerate(chunks):
         name, eq, value = chunk.partition("=")

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from harness.dashboard.values import _is_value_token, _timing, parse_number, parse_value
+from harness.dashboard.values import is_value_token, parse_number, parse_timing, parse_value
 
 MAX_LINE_CHARS = 64 * 1024  # lines are cut to this before parsing
 MAX_FRAME_LINES = 500  # a "box" longer than this is not a dashboard: discard it
@@ -49,13 +49,13 @@ _ANSI_RE = re.compile(
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def _segments(line: str) -> list[tuple[bool, str]]:
+def segments(line: str) -> list[tuple[bool, str]]:
     """Split on cursor-home escapes: (starts_new_screen, raw text) pieces."""
     parts = _CURSOR_HOME_RE.split(line)
     return [(i > 0, p) for i, p in enumerate(parts)]
 
 
-def _clean(raw: str) -> str:
+def clean_line(raw: str) -> str:
     s = _ANSI_RE.sub("", raw).replace("\t", " ")
     if "\r" in s:  # a carriage return overwrites: keep what was drawn last
         pieces = [p for p in s.split("\r") if p.strip()]
@@ -63,23 +63,23 @@ def _clean(raw: str) -> str:
     return _CONTROL_RE.sub("", s).strip()
 
 
-def _slug(label: str) -> str:
+def slug(label: str) -> str:
     return re.sub(r"[^a-z0-9_./-]+", "_", label.strip().lower()).strip("_")
 
 
-def _key(label: str) -> str:
+def label_key(label: str) -> str:
     """A displayed log key kept as printed (case too), inner spaces as underscores."""
     return "_".join(label.split())
 
 
-def _env_key(label: str) -> str:
+def env_label_key(label: str) -> str:
     """An env-section row: the trainer strips the `env/` prefix, so put it back; a label that
     already has a section (the replica's `reward/raw_max`) is a full key as printed."""
-    key = _key(label)
+    key = label_key(label)
     return key if "/" in key else f"env/{key}"
 
 
-def _resolve(label: str, names: Iterable[str]) -> str:
+def resolve_label(label: str, names: Iterable[str]) -> str:
     """Undo rich's "…" cut when exactly one known name fits; else keep the label as shown."""
     if not label.endswith("…"):
         return label
@@ -91,7 +91,7 @@ def _resolve(label: str, names: Iterable[str]) -> str:
 # frame contents
 
 
-class _Sink:
+class Sink:
     """Bounded metrics/text collector for one frame."""
 
     def __init__(self) -> None:
@@ -119,18 +119,18 @@ class _Sink:
             self.txt(key, raw.strip())  # a cut number is dropped, real text is kept
 
 
-def _inner(row: str) -> str | None:
+def box_inner(row: str) -> str | None:
     """Content between the side borders of a box row, None for a line that is not one."""
     if not row.startswith("│"):
         return None
     return row[1:-1] if len(row) > 1 and row.endswith("│") else row[1:]
 
 
-def _rule(row: str, left: str, right: str) -> bool:
+def is_rule(row: str, left: str, right: str) -> bool:
     return len(row) >= 3 and row[0] == left and row[-1] == right and not row[1:-1].strip("─")
 
 
-def _token_cells(content: str, text_labels: Sequence[str] = ()) -> list[tuple[str, str]]:
+def token_cells(content: str, text_labels: Sequence[str] = ()) -> list[tuple[str, str]]:
     """Generic "label value label value" reading: labels are runs of non-value tokens,
     values the runs of value tokens after them. A label in text_labels takes the next
     token as its (text) value."""
@@ -138,7 +138,7 @@ def _token_cells(content: str, text_labels: Sequence[str] = ()) -> list[tuple[st
     label: list[str] = []
     values: list[str] = []
     for tok in content.split():
-        if label and (_is_value_token(tok) or (not values and " ".join(label) in text_labels)):
+        if label and (is_value_token(tok) or (not values and " ".join(label) in text_labels)):
             values.append(tok)
             continue
         if values:
@@ -150,7 +150,7 @@ def _token_cells(content: str, text_labels: Sequence[str] = ()) -> list[tuple[st
     return cells
 
 
-def _cells_at(content: str) -> list[tuple[int, str]]:
+def cells_at(content: str) -> list[tuple[int, str]]:
     """Cells separated by two or more spaces, with their start offsets (rich layouts)."""
     return [(m.start(), m.group()) for m in re.finditer(r"\S+(?: \S+)*", content)]
 
@@ -158,15 +158,15 @@ def _cells_at(content: str) -> list[tuple[int, str]]:
 # --- rows both box versions print -------------------------------------------------------------
 
 
-def _version(content: str, sink: _Sink) -> None:
+def put_version(content: str, sink: Sink) -> None:
     m = re.search(r"PufferLib\s+(\d+(?:\.\d+)*)", content, re.ASCII)
     if m:
         sink.txt("version", m[1])
 
 
-def _put_summary(sink: _Sink, label: str, value: str) -> str:
+def put_summary(sink: Sink, label: str, value: str) -> str:
     """A first-column row (both versions); returns its key."""
-    key = SUMMARY_KEYS.get(label) or _slug(label)
+    key = SUMMARY_KEYS.get(label) or slug(label)
     if key == "env":
         sink.txt(key, value)
     else:
@@ -174,17 +174,17 @@ def _put_summary(sink: _Sink, label: str, value: str) -> str:
     return key
 
 
-def _put_timing(
-    sink: _Sink, table: dict[tuple[str, str], str], parent: str, label: str, value: str
+def put_timing(
+    sink: Sink, table: dict[tuple[str, str], str], parent: str, label: str, value: str
 ) -> str:
     """A timing row "label  time  share%"; returns the parent ("eval"/"train") for the rows
     below it, since both versions reuse sub-labels ("Model", "Copy") under each parent."""
     if label in PERF_PARENTS:
         parent = PERF_PARENTS[label]
-        key = table.get(("", label), f"perf/{_slug(label)}")
+        key = table.get(("", label), f"perf/{slug(label)}")
     else:
-        key = table.get((parent, label), f"perf/{parent}_{_slug(label)}")
-    secs, pct = _timing(value)
+        key = table.get((parent, label), f"perf/{parent}_{slug(label)}")
+    secs, pct = parse_timing(value)
     sink.num(key, secs)
     sink.num(f"{key}_pct", pct)
     return parent

@@ -79,7 +79,7 @@ def parse_value(s: str) -> float | None:
     return n if n is not None else parse_duration(s)
 
 
-def _is_value_token(tok: str) -> bool:
+def is_value_token(tok: str) -> bool:
     if tok in _TEXT_VALUES or ("/" in tok and tok.endswith("G")):
         return True
     if tok.endswith("…") and parse_value(tok) is not None:
@@ -87,7 +87,7 @@ def _is_value_token(tok: str) -> bool:
     return parse_number(tok) is not None or _DUR_TOKEN_RE.fullmatch(tok) is not None
 
 
-def _timing(value: str) -> tuple[float | None, float | None]:
+def parse_timing(value: str) -> tuple[float | None, float | None]:
     """(seconds, percent) of a timing cell "1s 234  12%"; a cut duration gives None."""
     toks = value.split()
     pct = parse_number(toks.pop()) if toks and toks[-1].endswith("%") else None

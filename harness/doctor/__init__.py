@@ -3,12 +3,14 @@ inside a hang here (OpenMP, the libgomp fork hazard, ptrace, py-spy, NVML, CUDA,
 With torch installed (the `gpu` extra), the `gpu:*` probes also exercise the device.
 
 Every probe is bounded by a timeout and guarded: one that fails or raises never stops the
-others. Every external command goes through `tools.run_tool` (own session, hard
+others. Every external command goes through `process.tools.run_tool` (own session, hard
 timeout, whole group killed); the few long-lived targets we start ourselves (a process to
-attach to) are killed and reaped in a `finally`.
+attach to) through `process.tools.started`, which kills and reaps them however a probe ends.
 
 Layout: `model` (Probe, ProbeContext, statuses, the guard), one module per topic
-(`tools`, `openmp`, `tracing`, `gpu`, `torchgpu`, `host`), and `render` (table, JSON, exit code).
+(`tools`, `openmp`, `tracing`, `gpu`, `torchgpu`, `host`), `nvml` (the one NVML reader, for
+`gpu` and `torchgpu`), and `render` (table, JSON, exit code). The stack tools probed, and
+their hints, come from the sampler's registry (harness/sampling/tools.py).
 The C programs the OpenMP probes compile live in harness/data/doctor/.
 """
 

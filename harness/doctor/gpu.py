@@ -1,26 +1,24 @@
 """GPU probes: does NVML answer (the stock 5.0 dashboard exits without util/gpu_percent), and
 can the 5.0 pin's CUDA build run here (nvcc, a GPU, the libraries build.sh links)?
 
-NVML is read in a child interpreter (`nvml_report`), through pynvml when installed, else
-through ctypes with the same calls the 5.0 trainer makes."""
+NVML is read in a child interpreter (`nvml_report`) through the doctor's one NVML reader
+(nvml.py: pynvml when installed, else ctypes with the same calls the 5.0 trainer makes)."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import importlib
 import json
 import os
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from harness.doctor import nvml
 from harness.doctor.model import Probe, ProbeContext, why
 from harness.doctor.tools import version_line
 from harness.process.tools import run_tool
+from harness.vocab import DoctorStatus
 
 NO_NVML = (
     "no NVML: the stock 5.0 dashboard exits on missing util/gpu_percent; the replica "
@@ -46,115 +44,49 @@ def probe_nvml(ctx: ProbeContext) -> Probe:
     code = "from harness.doctor.gpu import nvml_report; nvml_report()"
     res = run_tool([sys.executable, "-c", code], ctx.timeout_s, env=env)
     if res.timed_out:
-        return Probe("", "warn", f"NVML did not answer within {ctx.timeout_s:g}s")
+        return Probe("", DoctorStatus.WARN, f"NVML did not answer within {ctx.timeout_s:g}s")
     try:
         data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
-        return Probe("", "warn", f"the NVML probe process failed: {why(res)}")
+        return Probe("", DoctorStatus.WARN, f"the NVML probe process failed: {why(res)}")
     return judge_nvml(data)
 
 
 def judge_nvml(data: dict[str, Any]) -> Probe:
     via = data.get("binding", "?")
     if "absent" in data:
-        return Probe("", "warn", f"{NO_NVML} ({via}: {data['absent']})", _NVML_HINT)
+        return Probe("", DoctorStatus.WARN, f"{NO_NVML} ({via}: {data['absent']})", _NVML_HINT)
     if "error" in data:
         detail = f"NVML loads but fails: {data['error']} ({via})"
         hint = "the 5.0 trainer ignores NVML return codes and may show garbage util/gpu_percent"
-        return Probe("", "warn", detail, hint)
+        return Probe("", DoctorStatus.WARN, detail, hint)
     if not data.get("count"):
-        return Probe("", "warn", f"NVML sees no GPU ({via})", "util/gpu_percent will be garbage")
+        return Probe(
+            "", DoctorStatus.WARN, f"NVML sees no GPU ({via})", "util/gpu_percent will be garbage"
+        )
     util = f"device 0 utilization gpu {data.get('gpu')}% mem {data.get('mem')}%"
-    return Probe("", "ok", f"{data['count']} GPU(s); {util} ({via})")
+    return Probe("", DoctorStatus.OK, f"{data['count']} GPU(s); {util} ({via})")
 
 
 def nvml_report() -> None:
     """Child side of the NVML probe: print one JSON line of what NVML answered."""
+    print(json.dumps(read_device0()), flush=True)
+
+
+def read_device0() -> dict[str, Any]:
+    """{binding, count, gpu, mem} of device 0, or {binding, absent|error: why}."""
+    out: dict[str, Any] = {"binding": nvml.binding()}
     try:
-        module: ModuleType | None = importlib.import_module("pynvml")
-    except ImportError:
-        module = None
-    data = _nvml_pynvml(module) if module is not None else _nvml_ctypes()
-    print(json.dumps(data), flush=True)
-
-
-def _nvml_pynvml(m: ModuleType) -> dict[str, Any]:
-    out: dict[str, Any] = {"binding": "pynvml"}
-    try:
-        m.nvmlInit()
-    except m.NVMLError as exc:
-        absent = type(exc).__name__ == "NVMLError_LibraryNotFound"
-        out["absent" if absent else "error"] = f"nvmlInit: {exc}"
-        return out
-    try:
-        out["count"] = int(m.nvmlDeviceGetCount())
-        if out["count"]:
-            rates = m.nvmlDeviceGetUtilizationRates(m.nvmlDeviceGetHandleByIndex(0))
-            out["gpu"], out["mem"] = int(rates.gpu), int(rates.memory)
-    except m.NVMLError as exc:
-        out["error"] = str(exc)
-    finally:
-        with contextlib.suppress(Exception):
-            m.nvmlShutdown()
-    return out
-
-
-class _Utilization(ctypes.Structure):
-    _fields_ = (("gpu", ctypes.c_uint), ("memory", ctypes.c_uint))
-
-
-def _nvml_ctypes() -> dict[str, Any]:
-    """The same calls the 5.0 trainer makes, with their return codes checked."""
-    out: dict[str, Any] = {"binding": "ctypes"}
-    try:
-        lib = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError as exc:
+        with nvml.open_nvml() as lib:
+            out["count"] = lib.device_count()
+            if out["count"]:
+                rates = lib.utilization(lib.handle(0))
+                out["gpu"], out["mem"] = rates.gpu, rates.memory
+    except nvml.NvmlAbsent as exc:
         out["absent"] = str(exc)
-        return out
-    try:
-        _nvml_call(lib, "nvmlInit_v2")
-    except (LookupError, RuntimeError) as exc:
+    except nvml.NvmlError as exc:
         out["error"] = str(exc)
-        return out
-    try:
-        out.update(_nvml_device0(lib))
-    except (LookupError, RuntimeError) as exc:
-        out["error"] = str(exc)
-    finally:
-        with contextlib.suppress(LookupError, RuntimeError):
-            _nvml_call(lib, "nvmlShutdown")
     return out
-
-
-def _nvml_device0(lib: ctypes.CDLL) -> dict[str, Any]:
-    count = ctypes.c_uint(0)
-    _nvml_call(lib, "nvmlDeviceGetCount_v2", ctypes.byref(count))
-    if count.value == 0:
-        return {"count": 0}
-    handle = ctypes.c_void_p()
-    _nvml_call(lib, "nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(0), ctypes.byref(handle))
-    rates = _Utilization()
-    _nvml_call(lib, "nvmlDeviceGetUtilizationRates", handle, ctypes.byref(rates))
-    return {"count": count.value, "gpu": rates.gpu, "mem": rates.memory}
-
-
-def _nvml_call(lib: ctypes.CDLL, name: str, *args: Any) -> None:
-    """Call an NVML function; a partial library (symbol missing) is a LookupError."""
-    fn = getattr(lib, name, None)
-    if fn is None:
-        raise LookupError(f"{name} missing from libnvidia-ml")
-    rc = int(fn(*args))
-    if rc != 0:
-        raise RuntimeError(f"{name} returned {rc} ({_nvml_error(lib, rc)})")
-
-
-def _nvml_error(lib: ctypes.CDLL, rc: int) -> str:
-    fn = getattr(lib, "nvmlErrorString", None)
-    if fn is None:
-        return "no nvmlErrorString"
-    fn.restype = ctypes.c_char_p
-    text = fn(rc)
-    return text.decode("utf-8", "replace") if isinstance(text, bytes) else "?"
 
 
 # ----------------------------------------------------------------------------- CUDA
@@ -175,10 +107,10 @@ def probe_cuda(ctx: ProbeContext) -> Probe:
     libs = f"libs missing: {', '.join(missing)}" if missing else "all CUDA libs found"
     detail = f"{nvcc_text}; {gpus or 'no GPU'}; {libs}"
     if not gpus:
-        return Probe("", "warn", f"{NO_GPU} ({detail})", _cuda_hint(missing))
+        return Probe("", DoctorStatus.WARN, f"{NO_GPU} ({detail})", _cuda_hint(missing))
     if nvcc is None or missing:
-        return Probe("", "warn", detail, _cuda_hint(missing))
-    return Probe("", "ok", detail)
+        return Probe("", DoctorStatus.WARN, detail, _cuda_hint(missing))
+    return Probe("", DoctorStatus.OK, detail)
 
 
 def _cuda_hint(missing: Sequence[str]) -> str:

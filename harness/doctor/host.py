@@ -8,6 +8,7 @@ import os
 from harness.doctor.model import Probe, ProbeContext
 from harness.files import read_text
 from harness.process.cgroup import cpu_quota
+from harness.vocab import DoctorStatus
 
 _UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a huge page-aligned number
 
@@ -25,8 +26,8 @@ def probe_cpu(ctx: ProbeContext) -> Probe:
     )
     if effective < 2:
         hint = "the 5.0 workers busy-spin without yielding: on < 2 CPUs a run crawls like a hang"
-        return Probe("", "warn", detail, hint)
-    return Probe("", "ok", detail)
+        return Probe("", DoctorStatus.WARN, detail, hint)
+    return Probe("", DoctorStatus.OK, detail)
 
 
 def _memory_limit() -> str:

@@ -14,15 +14,16 @@ from importlib import resources
 from pathlib import Path
 
 from harness.process.tools import ToolResult, find_tool, run_tool
+from harness.vocab import DoctorStatus, values
 
-STATUSES = ("ok", "warn", "fail", "skip")
+STATUSES = values(DoctorStatus)
 SCHEMA = "harness-doctor/1"
 
 
 @dataclass
 class Probe:
     name: str
-    status: str  # "ok" | "warn" | "fail" | "skip"
+    status: DoctorStatus
     detail: str
     hint: str = ""
     duration_s: float = 0.0
@@ -58,7 +59,7 @@ def guarded(name: str, fn: ProbeFn, ctx: ProbeContext) -> Probe:
     try:
         probe = fn(ctx)
     except Exception as exc:
-        probe = Probe(name, "warn", f"the probe itself failed: {exc!r}")
+        probe = Probe(name, DoctorStatus.WARN, f"the probe itself failed: {exc!r}")
     probe.name = name
     probe.duration_s = round(time.monotonic() - start, 3)
     return probe

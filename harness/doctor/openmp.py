@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.doctor.model import Probe, ProbeContext, c_source, tempdir, why
 from harness.process.tools import ToolResult
+from harness.vocab import DoctorStatus
 
 # The child of the fork probe gets this long before we call it hung; a fork-safe runtime
 # finishes in milliseconds, so a few seconds is a clear verdict without slowing the doctor.
@@ -77,17 +78,21 @@ def probe_openmp(ctx: ProbeContext) -> Probe:
     with tempdir() as tmp:
         binary, reason = _compile_omp(_OMP_SOURCE, tmp, ctx)
         if binary is None:
-            return Probe("", "fail", reason, "install gcc with libgomp")
+            return Probe("", DoctorStatus.FAIL, reason, "install gcc with libgomp")
         runtime = _omp_runtime(binary, ctx)
         res = ctx.run([str(binary)])
     if res.returncode != 0:
-        return Probe("", "fail", f"a plain parallel region failed: {why(res)}; {runtime}")
+        return Probe(
+            "", DoctorStatus.FAIL, f"a plain parallel region failed: {why(res)}; {runtime}"
+        )
     m = re.search(r"team=(\d+) max=(\d+)", res.stdout)
     team = int(m.group(1)) if m else 0
     detail = f"team of {team} (default max {m.group(2) if m else '?'}); {runtime}{_omp_env()}"
     if team < 2:
-        return Probe("", "warn", detail, "OMP_THREAD_LIMIT or OMP_DYNAMIC caps teams at 1")
-    return Probe("", "ok", detail)
+        return Probe(
+            "", DoctorStatus.WARN, detail, "OMP_THREAD_LIMIT or OMP_DYNAMIC caps teams at 1"
+        )
+    return Probe("", DoctorStatus.OK, detail)
 
 
 def probe_openmp_fork(ctx: ProbeContext) -> Probe:
@@ -95,7 +100,7 @@ def probe_openmp_fork(ctx: ProbeContext) -> Probe:
     with tempdir() as tmp:
         binary, reason = _compile_omp(_FORK_SOURCE, tmp, ctx)
         if binary is None:
-            return Probe("", "skip", f"cannot build the fork probe: {reason}")
+            return Probe("", DoctorStatus.SKIP, f"cannot build the fork probe: {reason}")
         runtime = _omp_runtime(binary, ctx)
         # the program kills its child at `limit`; our timeout is the backstop for the parent
         res = ctx.run([str(binary), f"{limit:.1f}"], timeout=limit + 2.0)
@@ -108,8 +113,10 @@ def judge_fork(res: ToolResult, runtime: str, limit: float) -> Probe:
         where = re.search(r"child-state=(\S) wchan=(\S+)", out)
         seen = f"child state {where.group(1)} in {where.group(2)}" if where else "probe killed"
         detail = f"{FORK_HAZARD}; child hung > {limit:.1f}s ({seen}); {runtime}"
-        return Probe("", "warn", detail, _OMP_FIX_HINT)
+        return Probe("", DoctorStatus.WARN, detail, _OMP_FIX_HINT)
     done = re.search(r"child-done team=(-?\d+)", out)
     if res.returncode == 0 and done:
-        return Probe("", "ok", f"fork-safe OpenMP runtime (child team {done.group(1)}); {runtime}")
-    return Probe("", "warn", f"the fork probe failed: {why(res)}; {runtime}")
+        return Probe(
+            "", DoctorStatus.OK, f"fork-safe OpenMP runtime (child team {done.group(1)}); {runtime}"
+        )
+    return Probe("", DoctorStatus.WARN, f"the fork probe failed: {why(res)}; {runtime}")

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from harness.doctor.model import SCHEMA, STATUSES, Probe
+from harness.vocab import DoctorStatus
 
 
 def counts(probes: Sequence[Probe]) -> dict[str, int]:
@@ -44,7 +45,7 @@ def to_json(probes: Sequence[Probe]) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "schema_version": 1,
-        "ok": not any(p.status == "fail" for p in probes),
+        "ok": not any(p.status == DoctorStatus.FAIL for p in probes),
         "counts": counts(probes),
         "probes": [asdict(p) for p in probes],
     }
@@ -52,4 +53,4 @@ def to_json(probes: Sequence[Probe]) -> dict[str, Any]:
 
 def exit_code(probes: Sequence[Probe]) -> int:
     """1 when any probe fails, else 0 (warnings are platform facts, not failures)."""
-    return 1 if any(p.status == "fail" for p in probes) else 0
+    return 1 if any(p.status == DoctorStatus.FAIL for p in probes) else 0

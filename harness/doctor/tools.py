@@ -1,33 +1,68 @@
 """Tool probes: is each tool the harness shells out to on PATH, and what version; for gcc,
-does -fopenmp actually link (libgomp present)."""
+does -fopenmp actually link (libgomp present). The stack tools and their hints come from the
+sampler's registry (harness/sampling/tools.py), in its order."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.doctor.model import Probe, ProbeContext, c_source, tempdir, why
+from harness.sampling import tools as stack_tools
+from harness.sampling.tools import StackTool
+from harness.vocab import DoctorStatus
 
 
 @dataclass(frozen=True)
 class Tool:
     name: str
-    missing: str  # status when absent
+    missing: DoctorStatus  # status when absent
     hint: str
     marker: str = ""  # the version line contains this (nvcc prints a banner first)
+    stack: StackTool | None = None  # a stack tool: its hints come from the registry
+
+
+def _stack_tool(tool: StackTool) -> Tool:
+    return Tool(tool.name.value, DoctorStatus.WARN, stack_role(tool), stack=tool)
+
+
+def stack_role(tool: StackTool) -> str:
+    """How to install a stack tool and its place in the sampler's order of preference."""
+    same = stack_tools.of_kind(tool.kind)
+    before = " and ".join(t.name for t in same[: same.index(tool)])
+    place = f"the fallback after {before}" if before else f"the first {_KIND[tool.kind]} stack tool"
+    return f"{tool.install}: {place} ({tool.cost})"
+
+
+def stack_hint(tool: StackTool, present: Sequence[str]) -> str:
+    """A missing stack tool: `stack_role`, and what the sampler does without it, given the
+    stack tools on PATH (`present`)."""
+    same = stack_tools.of_kind(tool.kind)
+    others = [t.name.value for t in same if t is not tool and t.name in present]
+    kind = _KIND[tool.kind]
+    if others:
+        meanwhile = f"{kind} stacks come from {' then '.join(others)} alone"
+    else:
+        names = ", ".join(t.name for t in same if t is not tool)
+        also = f" ({names} missing too)" if names else ""
+        meanwhile = f"samples have no {kind} stacks{also}"
+    return f"{stack_role(tool)}; meanwhile {meanwhile}"
+
+
+_KIND = {"native": "native", "python": "Python"}
 
 
 TOOLS = (
-    Tool("gcc", "fail", "install gcc with libgomp: the replica and 5.0 build with -fopenmp"),
     Tool(
-        "gdb",
-        "warn",
-        "native stacks degrade to eu-stack (no arguments, fewer names); install gdb",
+        "gcc",
+        DoctorStatus.FAIL,
+        "install gcc with libgomp: the replica and 5.0 build with -fopenmp",
     ),
-    Tool("eu-stack", "warn", "install elfutils: the fallback when gdb cannot unwind"),
-    Tool("py-spy", "warn", "pip install py-spy: Python trainers (3.0.0) get no Python stacks"),
-    Tool("git", "warn", "install git: pins, upstream checkouts and bisect need it"),
-    Tool("ccache", "warn", "install ccache: the 5.0 build.sh requires it"),
-    Tool("nvcc", "warn", "needed only to build the 5.0 pin (CUDA toolkit)", "release"),
+    # the stack tools in the sampler's order of preference (harness/sampling/tools.py)
+    *(_stack_tool(t) for t in stack_tools.TOOLS),
+    Tool("git", DoctorStatus.WARN, "install git: pins, upstream checkouts and bisect need it"),
+    Tool("ccache", DoctorStatus.WARN, "install ccache: the 5.0 build.sh requires it"),
+    Tool("nvcc", DoctorStatus.WARN, "needed only to build the 5.0 pin (CUDA toolkit)", "release"),
 )
 
 
@@ -37,17 +72,18 @@ def probe_tool(tool: Tool, ctx: ProbeContext) -> Probe:
         return Probe("", tool.missing, f"{tool.name} not found on PATH", _missing_hint(tool, ctx))
     res = ctx.run([exe, "--version"])
     if res.returncode != 0:
-        return Probe("", "warn", f"{exe} --version failed: {why(res)}", tool.hint)
+        return Probe("", DoctorStatus.WARN, f"{exe} --version failed: {why(res)}", tool.hint)
     detail = f"{version_line(res.stdout + res.stderr, tool.marker)} ({exe})"
     if tool.name == "gcc":
         return _check_gomp_links(exe, detail, ctx)
-    return Probe("", "ok", detail)
+    return Probe("", DoctorStatus.OK, detail)
 
 
 def _missing_hint(tool: Tool, ctx: ProbeContext) -> str:
-    if tool.name == "gdb" and ctx.which("eu-stack") is None:
-        return "eu-stack is missing too: samples will have no native stacks; install gdb"
-    return tool.hint
+    if tool.stack is None:
+        return tool.hint
+    present = [t.name.value for t in stack_tools.TOOLS if ctx.which(t.name) is not None]
+    return stack_hint(tool.stack, present)
 
 
 def version_line(text: str, marker: str) -> str:
@@ -65,6 +101,9 @@ def _check_gomp_links(gcc: str, detail: str, ctx: ProbeContext) -> Probe:
     if res.returncode != 0:
         why_not = f"gcc -fopenmp does not link: {why(res)}"
         return Probe(
-            "", "fail", f"{detail}; {why_not}", "install libgomp (e.g. apt-get install gcc)"
+            "",
+            DoctorStatus.FAIL,
+            f"{detail}; {why_not}",
+            "install libgomp (e.g. apt-get install gcc)",
         )
-    return Probe("", "ok", f"{detail}; -fopenmp links")
+    return Probe("", DoctorStatus.OK, f"{detail}; -fopenmp links")

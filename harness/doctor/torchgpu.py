@@ -12,8 +12,6 @@ still runs: NVML may answer when CUDA does not."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import functools
 import importlib
 import json
@@ -26,9 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-from harness.doctor.gpu import _nvml_call, _Utilization
-from harness.doctor.model import STATUSES, Probe, ProbeContext, ProbeFn, why
+from harness import vocab
+from harness.doctor import nvml
+from harness.doctor.model import Probe, ProbeContext, ProbeFn, why
 from harness.process.tools import run_tool
+from harness.vocab import DoctorStatus
 
 CHECKS = ("cuda-init", "alloc-3gb", "pinned-async", "cublas", "nvml-values")
 NO_TORCH = (
@@ -68,10 +68,12 @@ class _Gate:
             self.init = run_check(check, ctx)
             return self.init
         init = self.init or self.probe("cuda-init", ctx)
-        if init.status == "skip":
-            return Probe("", "skip", init.detail, init.hint)
-        if init.status != "ok" and check != "nvml-values":
-            return Probe("", "skip", f"needs gpu:cuda-init, which failed ({init.detail})")
+        if init.status == DoctorStatus.SKIP:
+            return Probe("", DoctorStatus.SKIP, init.detail, init.hint)
+        if init.status != DoctorStatus.OK and check != "nvml-values":
+            return Probe(
+                "", DoctorStatus.SKIP, f"needs gpu:cuda-init, which failed ({init.detail})"
+            )
         return run_check(check, ctx)
 
 
@@ -88,15 +90,18 @@ def run_check(check: str, ctx: ProbeContext) -> Probe:
     code = f"from harness.doctor.torchgpu import child; child({check!r})"
     res = run_tool([sys.executable, "-c", code], limit, env=env)
     if res.timed_out:
-        return Probe("", "fail", f"{why(res)} (limit {limit:g}s), child killed", _WEDGED_HINT)
+        return Probe(
+            "", DoctorStatus.FAIL, f"{why(res)} (limit {limit:g}s), child killed", _WEDGED_HINT
+        )
     line = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith("{")), "")
     try:
         data = json.loads(line)
     except json.JSONDecodeError:
-        return Probe("", "fail", f"the check's child died without a verdict: {why(res)}")
-    status = str(data.get("status"))
-    if status not in STATUSES:
-        return Probe("", "fail", f"the check's child gave no status: {line[:160]}")
+        return Probe("", DoctorStatus.FAIL, f"the check's child died without a verdict: {why(res)}")
+    try:
+        status = vocab.parse(DoctorStatus, data.get("status"), "status")
+    except ValueError:
+        return Probe("", DoctorStatus.FAIL, f"the check's child gave no status: {line[:160]}")
     return Probe("", status, str(data.get("detail", "")), str(data.get("hint", "")))
 
 
@@ -116,10 +121,10 @@ def child(check: str) -> None:
     try:
         out = _CHILD_CHECKS[check]()
     except _Skip as skip:
-        out = {"status": "skip", "detail": str(skip), "hint": skip.hint}
+        out = {"status": DoctorStatus.SKIP, "detail": str(skip), "hint": skip.hint}
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
-        out = {"status": "fail", "detail": f"{type(exc).__name__}: {first[:240]}"}
+        out = {"status": DoctorStatus.FAIL, "detail": f"{type(exc).__name__}: {first[:240]}"}
     print(json.dumps(out), flush=True)
 
 
@@ -152,7 +157,7 @@ def _cuda_torch() -> ModuleType:
 
 
 def _ok(detail: str) -> dict[str, str]:
-    return {"status": "ok", "detail": detail}
+    return {"status": DoctorStatus.OK, "detail": detail}
 
 
 def _cuda_init() -> dict[str, str]:
@@ -179,7 +184,7 @@ def _alloc_3gb() -> dict[str, str]:
     free0, total = (int(v) for v in torch.cuda.mem_get_info(0))
     if free0 < ALLOC_BYTES:
         return {
-            "status": "warn",
+            "status": DoctorStatus.WARN,
             "detail": f"only {free0 / _GIB:.2f} of {total / _GIB:.1f} GiB free on cuda:0: "
             "the 3 GiB allocation was not attempted",
             "hint": "another process holds the GPU's memory (nvidia-smi lists it)",
@@ -204,7 +209,10 @@ def _alloc_3gb() -> dict[str, str]:
         f"{free1 / _GIB:.1f} of {total / _GIB:.1f} GiB"
     )
     if picked != [0xA5] * len(where) or lo != 0xA5 or hi != 0xA5:
-        return {"status": "fail", "detail": f"{facts}; wrong bytes: {picked}, min {lo} max {hi}"}
+        return {
+            "status": DoctorStatus.FAIL,
+            "detail": f"{facts}; wrong bytes: {picked}, min {lo} max {hi}",
+        }
     return _ok(f"{facts}; every byte reads back 0xA5")
 
 
@@ -214,10 +222,13 @@ def _pinned_async() -> dict[str, str]:
     src = torch.arange(n, dtype=torch.int32).pin_memory()
     back = torch.empty(n, dtype=torch.int32).pin_memory()
     if not (src.is_pinned() and back.is_pinned()):
-        return {"status": "fail", "detail": "pin_memory() returned unpinned host tensors"}
+        return {
+            "status": DoctorStatus.FAIL,
+            "detail": "pin_memory() returned unpinned host tensors",
+        }
     stream = torch.cuda.Stream()
     if stream == torch.cuda.default_stream():
-        return {"status": "fail", "detail": "torch.cuda.Stream() is the default stream"}
+        return {"status": DoctorStatus.FAIL, "detail": "torch.cuda.Stream() is the default stream"}
     h2d_ms = d2h_ms = 0.0
     for _ in range(2):  # the first round warms up; the second is timed
         marks = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
@@ -238,7 +249,7 @@ def _pinned_async() -> dict[str, str]:
         f"{PINNED_BYTES / h2d_ms / 1e6:.1f} GB/s, D2H {PINNED_BYTES / d2h_ms / 1e6:.1f} GB/s"
     )
     if not same:
-        return {"status": "fail", "detail": f"{facts}; the copied-back contents differ"}
+        return {"status": DoctorStatus.FAIL, "detail": f"{facts}; the copied-back contents differ"}
     return _ok(f"{facts}; contents match")
 
 
@@ -270,22 +281,18 @@ def _cublas() -> dict[str, str]:
         f"largest value (tolerance {MATMUL_RTOL:g}, TF32 off)"
     )
     if handle == 0 or not err <= MATMUL_RTOL:
-        return {"status": "fail", "detail": facts}
+        return {"status": DoctorStatus.FAIL, "detail": facts}
     return _ok(facts)
 
 
 def _nvml_values() -> dict[str, str]:
     _cuda_torch()  # same gate as the other checks: torch and a CUDA device
+    via = nvml.binding()
     try:
-        pynvml: ModuleType | None = importlib.import_module("pynvml")
-    except ImportError:
-        pynvml = None
-    via = "pynvml" if pynvml is not None else "ctypes"
-    try:
-        values = _read_pynvml(pynvml) if pynvml is not None else _read_ctypes()
-    except _NoNvml as exc:
+        values = _read_nvml()
+    except nvml.NvmlError as exc:
         return {
-            "status": "warn",
+            "status": DoctorStatus.WARN,
             "detail": f"NVML unusable ({via}: {exc}): none of {', '.join(NVML_KEYS)} readable",
             "hint": "without NVML the stock 5.0 dashboard exits on missing util/gpu_percent",
         }
@@ -294,74 +301,25 @@ def _nvml_values() -> dict[str, str]:
     detail = f"NVML device 0 via {via}: {'; '.join(parts)}"
     if bad:
         hint = "the 5.0 trainer ignores NVML return codes: these values may show as garbage"
-        return {"status": "warn", "detail": detail, "hint": hint}
+        return {"status": DoctorStatus.WARN, "detail": detail, "hint": hint}
     return _ok(detail)
 
 
-class _NoNvml(Exception):
-    """NVML cannot be loaded, initialized, or give a handle for device 0."""
-
-
-def _read_pynvml(m: ModuleType) -> dict[str, str]:
-    try:
-        m.nvmlInit()
-        handle = m.nvmlDeviceGetHandleByIndex(0)
-    except m.NVMLError as exc:
-        raise _NoNvml(f"{type(exc).__name__}: {exc}") from None
+def _read_nvml() -> dict[str, str]:
+    """Each value the 5.0 trainer reads from NVML device 0, or why it is unreadable; an
+    NvmlError when NVML cannot be loaded, initialized, or give device 0's handle."""
     values: dict[str, str] = {}
-    try:
+    with nvml.open_nvml() as lib:
+        handle = lib.handle(0)
         try:
-            values[NVML_KEYS[0]] = f"readable ({int(m.nvmlDeviceGetUtilizationRates(handle).gpu)}%)"
-        except m.NVMLError as exc:
-            values[NVML_KEYS[0]] = f"unreadable (nvmlDeviceGetUtilizationRates: {exc})"
+            values[NVML_KEYS[0]] = f"readable ({lib.utilization(handle).gpu}%)"
+        except nvml.NvmlError as exc:
+            values[NVML_KEYS[0]] = f"unreadable ({exc})"
         try:
-            mem = m.nvmlDeviceGetMemoryInfo(handle)
-            values.update(_memory_values(int(mem.used), int(mem.total)))
-        except m.NVMLError as exc:
-            values.update(
-                dict.fromkeys(NVML_KEYS[1:], f"unreadable (nvmlDeviceGetMemoryInfo: {exc})")
-            )
-    finally:
-        with contextlib.suppress(Exception):
-            m.nvmlShutdown()
-    return values
-
-
-class _Memory(ctypes.Structure):
-    _fields_ = (
-        ("total", ctypes.c_ulonglong),
-        ("free", ctypes.c_ulonglong),
-        ("used", ctypes.c_ulonglong),
-    )
-
-
-def _read_ctypes() -> dict[str, str]:
-    """The calls the 5.0 trainer makes (gpu.py's reader), with their return codes checked."""
-    try:
-        lib = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError as exc:
-        raise _NoNvml(str(exc)) from None
-    handle = ctypes.c_void_p()
-    try:
-        _nvml_call(lib, "nvmlInit_v2")
-        _nvml_call(lib, "nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(0), ctypes.byref(handle))
-    except (LookupError, RuntimeError) as exc:
-        raise _NoNvml(str(exc)) from None
-    values: dict[str, str] = {}
-    try:
-        rates = _Utilization()
-        _nvml_call(lib, "nvmlDeviceGetUtilizationRates", handle, ctypes.byref(rates))
-        values[NVML_KEYS[0]] = f"readable ({rates.gpu}%)"
-    except (LookupError, RuntimeError) as exc:
-        values[NVML_KEYS[0]] = f"unreadable ({exc})"
-    try:
-        mem = _Memory()
-        _nvml_call(lib, "nvmlDeviceGetMemoryInfo", handle, ctypes.byref(mem))
-        values.update(_memory_values(mem.used, mem.total))
-    except (LookupError, RuntimeError) as exc:
-        values.update(dict.fromkeys(NVML_KEYS[1:], f"unreadable ({exc})"))
-    with contextlib.suppress(LookupError, RuntimeError):
-        _nvml_call(lib, "nvmlShutdown")
+            mem = lib.memory(handle)
+            values.update(_memory_values(mem.used, mem.total))
+        except nvml.NvmlError as exc:
+            values.update(dict.fromkeys(NVML_KEYS[1:], f"unreadable ({exc})"))
     return values
 
 

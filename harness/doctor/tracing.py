@@ -1,25 +1,24 @@
-"""Can the harness see inside a hang here: ptrace (gdb or eu-stack attaching to a sibling, the
-way the sampler attaches to a trainer) and py-spy dumping a Python child's frames.
+"""Can the harness see inside a hang here: ptrace (the first native stack tool of the sampler's
+registry, sampling/tools.py, attaching to a sibling the way the sampler attaches to a trainer)
+and the first Python stack tool (py-spy) dumping a Python child's frames.
 
-The targets we attach to are started by us, in their own session, and are killed and
-reaped in a `finally` however the probe ends."""
+The targets we attach to are started through `process.tools.started`: their own session,
+killed and reaped however the probe ends."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import select
 import shutil
-import signal
-import subprocess
 import sys
-from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 from harness.doctor.model import Probe, ProbeContext, why
 from harness.files import read_text
-from harness.process.tools import permission_denied
+from harness.process.tools import ToolResult, permission_denied, started
+from harness.sampling import tools as stack_tools
+from harness.sampling.frames import FrameContext
+from harness.sampling.model import ThreadStack
+from harness.sampling.tools import Dump, Invocation, StackTool, ToolKind
+from harness.vocab import DoctorStatus
 
 PTRACE_HINT = (
     "ptrace denied: run the container with --cap-add=SYS_PTRACE, or set "
@@ -43,66 +42,49 @@ def _has_cap(bit: int) -> bool | None:
     return bool(int(m.group(1), 16) >> bit & 1) if m else None
 
 
-@contextlib.contextmanager
-def _target(argv: Sequence[str], ready: str = "") -> Iterator[subprocess.Popen[bytes]]:
-    """A process to attach to, in its own session; SIGKILLed and reaped however we leave.
-
-    With `ready`, wait (bounded) until it prints that line, so a tool does not attach to
-    an interpreter that has not started its frames yet.
-    """
-    proc = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE if ready else subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        if ready and proc.stdout is not None:
-            select.select([proc.stdout], [], [], 5.0)
-        yield proc
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-
 def _sleeper() -> list[str]:
     sleep = shutil.which("sleep")
     return [sleep, "30"] if sleep else [sys.executable, "-c", "import time; time.sleep(30)"]
 
 
-def _attach_argv(ctx: ProbeContext, pid: int) -> tuple[list[str], str] | None:
-    """How to attach as a sibling of the target, the way the sampler attaches to a trainer
-    (at ptrace_scope=1 a parent may trace its child, but not a sibling)."""
-    gdb = ctx.which("gdb")
-    if gdb:
-        quiet = ["-batch", "-nx", "-iex", "set debuginfod enabled off"]
-        return [gdb, "-p", str(pid), *quiet, "-ex", "info threads"], f"(LWP {pid})"
-    eu = ctx.which("eu-stack")
-    return ([eu, "-p", str(pid)], f"PID {pid}") if eu else None
+def _first_tool(ctx: ProbeContext, kind: ToolKind) -> tuple[StackTool, str] | None:
+    """The tool the sampler would use here (`auto`: the first of its kind on PATH)."""
+    for tool in stack_tools.of_kind(kind):
+        exe = ctx.which(tool.name)
+        if exe is not None:
+            return tool, exe
+    return None
+
+
+def _dumped(tool: StackTool, res: ToolResult, pid: int) -> list[ThreadStack]:
+    """The stacks of `pid` in the tool's output, read by the sampler's own parser."""
+    try:
+        stacks = tool.parse(Dump(res.stdout, res.stderr, pid, FrameContext()))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return []
+    return [st for st in stacks if st.pid == pid]
 
 
 def probe_ptrace(ctx: ProbeContext) -> Probe:
+    """The first native stack tool on PATH attaches to a sibling process with the sampler's
+    own command line (at ptrace_scope=1 a parent may trace its child, but not a sibling)."""
     context = _ptrace_context()
-    with _target(_sleeper()) as target:
-        plan = _attach_argv(ctx, target.pid)
-        if plan is None:
-            return Probe("", "skip", f"no gdb or eu-stack to attach with; {context}")
-        argv, success = plan
-        res = ctx.run(argv)
-    tool = Path(argv[0]).name
-    output = res.stdout + res.stderr
-    if success in output:
-        return Probe("", "ok", f"{tool} attached to a sibling process; {context}")
+    found = _first_tool(ctx, "native")
+    if found is None:
+        names = " or ".join(t.name for t in stack_tools.of_kind("native"))
+        return Probe("", DoctorStatus.SKIP, f"no {names} to attach with; {context}")
+    tool, exe = found
+    with started(_sleeper(), limit_s=ctx.timeout_s + 10) as target:
+        res = ctx.run(tool.argv(Invocation(exe, target.pid)))
+    if _dumped(tool, res, target.pid):
+        return Probe("", DoctorStatus.OK, f"{tool.name} attached to a sibling process; {context}")
     if res.timed_out:
-        return Probe("", "fail", f"{tool} did not attach within {ctx.timeout_s:g}s; {context}")
-    if permission_denied(output):
-        return Probe("", "fail", f"{tool}: {why(res)}; {context}", PTRACE_HINT)
-    return Probe("", "fail", f"{tool} could not attach: {why(res)}; {context}", PTRACE_HINT)
+        detail = f"{tool.name} did not attach within {ctx.timeout_s:g}s; {context}"
+        return Probe("", DoctorStatus.FAIL, detail)
+    if permission_denied(res.output):
+        return Probe("", DoctorStatus.FAIL, f"{tool.name}: {why(res)}; {context}", PTRACE_HINT)
+    detail = f"{tool.name} could not attach: {why(res)}; {context}"
+    return Probe("", DoctorStatus.FAIL, detail, PTRACE_HINT)
 
 
 # ----------------------------------------------------------------------------- py-spy
@@ -118,15 +100,21 @@ _PY_TARGET = (
 
 
 def probe_py_spy(ctx: ProbeContext) -> Probe:
-    py_spy = ctx.which("py-spy")
-    if py_spy is None:
-        return Probe("", "skip", "py-spy not found (PATH or next to the interpreter)")
-    with _target([sys.executable, "-c", _PY_TARGET], ready="ready") as target:
-        res = ctx.run([py_spy, "dump", "--pid", str(target.pid)])
-    if re.search(r"doctor_wait \(", res.stdout):
-        return Probe("", "ok", "py-spy dumped the frames of a Python child")
+    """The first Python stack tool on PATH dumps a Python child, as the sampler would."""
+    found = _first_tool(ctx, "python")
+    if found is None:
+        names = " or ".join(t.name for t in stack_tools.of_kind("python"))
+        return Probe("", DoctorStatus.SKIP, f"{names} not found (PATH or next to the interpreter)")
+    tool, exe = found
+    limit = ctx.timeout_s + 10
+    with started([sys.executable, "-c", _PY_TARGET], ready="ready", limit_s=limit) as target:
+        res = ctx.run(tool.argv(Invocation(exe, target.pid)))
+    frames = [f.function for st in _dumped(tool, res, target.pid) for f in st.frames]
+    if "doctor_wait" in frames:
+        return Probe("", DoctorStatus.OK, f"{tool.name} dumped the frames of a Python child")
     if res.timed_out:
-        return Probe("", "fail", f"py-spy dump did not finish within {ctx.timeout_s:g}s")
-    if permission_denied(res.stdout + res.stderr):
-        return Probe("", "fail", f"py-spy: {why(res)}", PTRACE_HINT)
-    return Probe("", "warn", f"py-spy printed no frame: {why(res)}")
+        detail = f"{tool.name} did not finish within {ctx.timeout_s:g}s"
+        return Probe("", DoctorStatus.FAIL, detail)
+    if permission_denied(res.output):
+        return Probe("", DoctorStatus.FAIL, f"{tool.name}: {why(res)}", PTRACE_HINT)
+    return Probe("", DoctorStatus.WARN, f"{tool.name} printed no frame: {why(res)}")

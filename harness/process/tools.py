@@ -1,17 +1,21 @@
 """Every external tool the harness calls (compilers, git, gdb, eu-stack, py-spy, build
 scripts) runs through `run_tool`: its own session, a hard timeout, its whole process group
-killed on timeout or on the harness's own interruption. Also where tools are found."""
+killed on timeout or on the harness's own interruption. A child that must keep running while
+something else happens (a process for a tool to attach to) is `started` instead: its own
+session too, and killed and reaped however its `with` block ends. Also where tools are found."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,3 +110,78 @@ def run_tool(
         time.monotonic() - start,
         timed_out,
     )
+
+
+@dataclass
+class Started:
+    """A child `started` keeps running for the length of a `with` block."""
+
+    proc: subprocess.Popen[bytes]
+    ready: bool  # it printed the ready text in time (True when none was asked for)
+    output: bytes = b""  # what it printed before that (with a ready text)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+@contextlib.contextmanager
+def started(
+    argv: Sequence[str],
+    *,
+    ready: str = "",
+    ready_s: float = 5.0,
+    limit_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[Started]:
+    """A long-running child (a process for a tool to attach to) in its own session, for the
+    length of a `with` block: `run_tool`'s counterpart for a child that must keep running
+    while something else happens. With `ready`, wait (at most `ready_s`) until its stdout
+    holds that text. Its whole session is SIGKILLed and it is reaped however the block ends,
+    and at `limit_s` at the latest (a timer, so a block that hangs cannot keep it alive)."""
+    proc = subprocess.Popen(
+        list(argv),
+        env=dict(env) if env is not None else None,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if ready else subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    timer = None
+    if limit_s is not None:
+        timer = threading.Timer(limit_s, _kill_session, (proc,))
+        timer.daemon = True
+        timer.start()
+    try:
+        seen = _wait_for(proc, ready, ready_s) if ready else b""
+        yield Started(proc, not ready or ready.encode() in seen, seen)
+    finally:
+        if timer is not None:
+            timer.cancel()
+            timer.join()  # not mid-kill while the child is reaped below
+        kill_tree(proc, proc.pid)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _wait_for(proc: subprocess.Popen[bytes], text: str, timeout: float) -> bytes:
+    """What the child printed until `text` appeared, it closed stdout, or `timeout`."""
+    assert proc.stdout is not None
+    fd, want, seen = proc.stdout.fileno(), text.encode(), b""
+    deadline = time.monotonic() + timeout
+    while want not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        seen += chunk
+    return seen
+
+
+def _kill_session(proc: subprocess.Popen[bytes]) -> None:
+    # a reaped child's pid may be another process's by now: only signal an unreaped one
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -27,14 +27,6 @@ Mode = Literal["run", "watch"]
 Status = Literal["running", "complete", "interrupted", "failed", "abandoned"]
 # the stages a run passes, in order; report.json is rewritten at each
 Stage = Literal["start", "pin", "prepare", "build", "run", "check", "done"]
-ARTIFACTS = (
-    "output.log",
-    "report.md",
-    "report.html",
-    "junit.xml",
-    "stacks.txt",
-    "samples.json",
-)
 EVIDENCE_DIR = "evidence"  # what the checks read, copied into the report (docs/report-schema.md)
 # under it: the build tree's config files at their relative paths, and the run's end-of-run
 # log as the trainer's working folder held it (logs/<env>/)
@@ -198,6 +190,20 @@ class Report:
     def artifact(self, name: str) -> Path:
         return self.directory / name
 
+    def files(self) -> list[str]:
+        """The files of the report folder besides report.json and evidence/: what the
+        writers of report/writers.py (and the runner's output.log) have left there. Hidden
+        names are an atomic write in progress, not a file of the report."""
+        try:
+            entries = sorted(self.directory.iterdir())
+        except OSError:
+            return []
+        return [
+            p.name
+            for p in entries
+            if p.is_file() and not p.name.startswith(".") and p.name != "report.json"
+        ]
+
     def claim(self) -> Report:
         """This process writes the report: record its pid, start time and host."""
         self.harness_pid = os.getpid()
@@ -246,6 +252,6 @@ class Report:
             "samples": plain(self.samples) if self.samples is not None else None,
             "cleanup": plain(self.cleanup),
             "notes": self.notes,
-            "artifacts": {name: name for name in ARTIFACTS if self.artifact(name).exists()},
+            "artifacts": {name: name for name in self.files()},
             "evidence": dict(self.evidence),
         }

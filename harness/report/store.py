@@ -1,8 +1,9 @@
 """Where a report lives and when it is written: a new folder per run, report.json rewritten
 atomically at every stage (a harness that dies leaves the last stage it reached), the files
 its checks read copied under evidence/ (a report is checked again from its own folder), and
-at the end every other file of the report. `load_status` opens a saved report and tells a
-`running` one whose harness is gone (`abandoned`); `mark_abandoned` records that."""
+at the end every other file of the report (the registry in `writers`). `load_status` opens a
+saved report and tells a `running` one whose harness is gone (`abandoned`); `mark_abandoned`
+records that."""
 
 from __future__ import annotations
 
@@ -21,14 +22,13 @@ import psutil
 from harness.errors import HarnessError
 from harness.files import atomic_write
 from harness.outcome import USAGE
-from harness.report import html, junit, markdown, stacks
+from harness.report import writers
 from harness.report.model import (
     EVIDENCE_DIR,
     Report,
     Stage,
     Status,
     now_stamp,
-    plain,
     process_started,
 )
 
@@ -50,22 +50,11 @@ def save(report: Report, stage: Stage | None = None) -> None:
 
 
 def finish(report: Report, status: Status = "complete") -> None:
-    """The run is over: write every file of the report, report.json last."""
+    """The run is over: write every file of the report (`writers.WRITERS`, each guarded),
+    report.json last."""
     report.status = status
     report.finished_at = now_stamp()
-    if report.samples is not None:
-        atomic_write(report.artifact("stacks.txt"), stacks.render_stacks(report.samples))
-        atomic_write(
-            report.artifact("samples.json"), json.dumps(plain(report.samples), indent=1) + "\n"
-        )
-    atomic_write(report.artifact("report.md"), markdown.render_report(report))
-    atomic_write(report.artifact("junit.xml"), junit.render_junit(report))
-    try:
-        page = html.render_html(report)
-    except Exception as exc:  # a page bug must not cost the run its report.json
-        report.notes.append(f"report.html not written: {exc!r}")
-    else:
-        atomic_write(report.artifact("report.html"), page)
+    writers.write_all(report)
     save(report, "done")
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.sampling.frames import FrameContext, InlinedFrame
 from harness.sampling.model import Frame, ThreadStack
+from harness.vocab import StackToolName
 
 _GDB_THREAD = re.compile(r"^Thread\s+\d+\s+\((.*)\):\s*$")
 _GDB_FRAME = re.compile(r"^#(\d+)\s+(?:(0x[0-9a-fA-F]+)\s+in\s+)?(.*)$")
@@ -57,7 +58,10 @@ def parse_gdb(text: str, pid: int, ctx: FrameContext) -> list[ThreadStack]:
             addr = frame.group(2)
             pc = (int(addr, 16), None) if addr else None
             threads[-1][2].append(_Row(_gdb_frame(addr, frame.group(3), ctx), pc))
-    return [ThreadStack(pid, tid, name, _mark_inlines(rows), "gdb") for tid, name, rows in threads]
+    return [
+        ThreadStack(pid, tid, name, _mark_inlines(rows), StackToolName.GDB)
+        for tid, name, rows in threads
+    ]
 
 
 def _gdb_thread_ids(inside: str, pid: int) -> tuple[int, str]:
@@ -123,7 +127,9 @@ def parse_eu_stack(
             frame.own = ctx.native_own(frame.module, frame.file)
     # a thread eu-stack could not unwind (a zombie leader, a refused attach) says nothing
     return [
-        ThreadStack(pid, tid, ctx.names.get(tid, ""), _eu_frames(rows, names, ctx), "eu-stack")
+        ThreadStack(
+            pid, tid, ctx.names.get(tid, ""), _eu_frames(rows, names, ctx), StackToolName.EU_STACK
+        )
         for tid, rows in threads
         if rows
     ]
@@ -256,7 +262,9 @@ def parse_py_spy(text: str, pid: int, ctx: FrameContext) -> list[ThreadStack]:
         name = th.get("thread_name") or ctx.names.get(tid, "")
         frames = [_py_frame(f, ctx) for f in th.get("frames", [])]
         stacks.append(
-            ThreadStack(int(th.get("pid", pid)), tid, name, frames, "py-spy", python=True)
+            ThreadStack(
+                int(th.get("pid", pid)), tid, name, frames, StackToolName.PY_SPY, python=True
+            )
         )
     return stacks
 

@@ -3,8 +3,8 @@
 The watchdog calls `sample_tree` when it suspects a hang; `classify` reads the result.
 Everything here is bounded and must leave the target as it found it:
 
-- each external tool (gdb, eu-stack, py-spy) runs in its own session with a timeout and
-  is killed as a whole process group when it overruns;
+- each external tool (the stack tools of sampling/tools.py) runs in its own session with a
+  timeout and is killed as a whole process group when it overruns;
 - a process that a killed tracer left in group-stop is sent SIGCONT (only if it was not
   stopped before we looked: a process stopped by someone else is evidence, not our mess);
 - processes and threads that vanish while we look are skipped, never raised about;
@@ -21,6 +21,7 @@ from harness.sampling import locks
 from harness.sampling.model import LockCycle, LockLink, ProcessSample, SampleSet, Snapshot
 from harness.sampling.procfs import compute_activity, last_seen, snapshot, take_snapshots
 from harness.sampling.stacks import collect_stacks, plan_tools
+from harness.sampling.tools import AUTO
 
 # With history, the CPU activity must span at least this long (a trigger in the first
 # moments of a run tops it up with fresh snapshots, at the caller's interval).
@@ -33,8 +34,8 @@ def sample_tree(
     snapshots: int = 3,
     interval: float = 0.5,
     stack_timeout: float = 10.0,
-    native: str = "auto",
-    python: str = "auto",
+    native: str = AUTO,
+    python: str = AUTO,
     own_roots: Sequence[str] = (),
     py_native: bool = False,
     history: Sequence[Snapshot] | None = None,
@@ -60,9 +61,11 @@ def sample_tree(
     last = last_seen(result.snapshots)
     if not last:
         result.notes.append(f"pid {root_pid}: no process left to sample")
-    elif plan.python is None and python != "none" and any(p.is_python for p in last):
-        result.tools["py-spy"] = "missing"
-        result.notes.append("py-spy not found: no Python stacks")
+    elif plan.python is None and plan.python_wanted and any(p.is_python for p in last):
+        for tool in plan.python_wanted:
+            result.tools[tool.name] = "missing"
+        names = ", ".join(t.name for t in plan.python_wanted)
+        result.notes.append(f"{names} not found: no Python stacks")
     t_stacks = time.monotonic()
     result.timings["snapshots"] = t_stacks - t0
     plan.py_native, plan.timeout = py_native, stack_timeout

@@ -1,7 +1,7 @@
-"""Native and Python stacks of the sampled processes: which tools to use (eu-stack, gdb,
-py-spy), how each is invoked, running them under a time budget, turning their refusals
-and failures into `tools`/`notes` entries, and resuming a process a killed tracer left
-stopped.
+"""Native and Python stacks of the sampled processes: which tools to use (the registry of
+sampling/tools.py: eu-stack, gdb, py-spy, with how each is invoked and parsed), running them
+under a time budget, turning their refusals and failures into `tools`/`notes` entries, and
+resuming a process a killed tracer left stopped.
 
 The fastest tools by default. Native stacks come from eu-stack in two steps:
 `eu-stack -q -a -m` unwinds every thread while attached (addresses and modules, no
@@ -50,18 +50,12 @@ import psutil
 from harness.files import read_text
 from harness.process.cgroup import CGROUP_ROOT
 from harness.process.cgroup import cpu_quota as cgroup_cpu_quota
-from harness.process.tools import ToolResult, find_tool, permission_denied, run_tool
+from harness.process.tools import find_tool, permission_denied, run_tool
 from harness.sampling.frames import FrameContext, MemoryMap
 from harness.sampling.model import ProcessSample, SampleSet, ThreadStack
-from harness.sampling.parsers import (
-    Location,
-    eu_stack_addresses,
-    parse_addr2line,
-    parse_eu_stack,
-    parse_gdb,
-    parse_py_spy,
-)
+from harness.sampling.parsers import Location, eu_stack_addresses, parse_addr2line
 from harness.sampling.procfs import is_python, live_tid
+from harness.sampling.tools import EU_ADDR2LINE, Dump, Invocation, StackTool, wanted
 
 # Stack collection is per process and each attach costs 0.03-2 s; a trainer with a big
 # worker pool would otherwise take minutes. The first processes in tree order (root
@@ -74,14 +68,20 @@ RAW_OUTPUT_LIMIT = 256 * 1024
 
 @dataclass
 class Plan:
-    native: str | None  # "eu-stack" | "gdb" | None
-    native_fallback: str | None  # gdb when eu-stack fails outright (not on denial/timeout)
-    python: str | None  # "py-spy" | None
-    paths: dict[str, str]
+    # the native tools on PATH, in registry order: the first, then each next one when the
+    # one before failed outright (not on a denial or a timeout: the next would fare alike)
+    native: list[StackTool]
+    python: StackTool | None
+    paths: dict[str, str]  # tool (and namer) name -> executable
+    python_wanted: tuple[StackTool, ...] = ()  # what the python choice asked for
     py_native: bool = False
     deadline: float = 0.0  # time.monotonic() after which no tool is started
     timeout: float = 10.0
     name_jobs: int = 1  # eu-addr2line runs at once per process (modules split among them)
+
+    def named(self, tool: StackTool) -> bool:
+        """The tool's namer is on PATH: it names the frames after the attach."""
+        return tool.namer is not None and tool.namer in self.paths
 
 
 @dataclass
@@ -94,42 +94,34 @@ class _Outcome:
     killed: bool = False  # a tool was killed on timeout
 
 
-# native= choice → tools to try, in order of preference
-_NATIVE_TOOLS = {
-    "auto": ("eu-stack", "gdb"),
-    "gdb": ("gdb",),
-    "eu-stack": ("eu-stack",),
-    "none": (),
-}
-_PYTHON_CHOICES = ("auto", "py-spy", "none")
-
-
 def plan_tools(native: str, python: str, result: SampleSet) -> Plan:
-    """Which tools to use, recording the missing ones in result.tools/notes."""
-    if native not in _NATIVE_TOOLS or python not in _PYTHON_CHOICES:
-        raise ValueError(f"native={native!r} python={python!r}")
-    tools = ("gdb", "eu-stack", "eu-addr2line", "py-spy")
-    paths = {n: p for n in tools if (p := find_tool(n))}
-    want = _NATIVE_TOOLS[native]
-    available = [n for n in want if n in paths]
-    for n in want:
+    """Which tools to use (the choices of sampling/tools.py: auto, a tool's name, none),
+    recording the missing native ones in result.tools/notes."""
+    want = wanted("native", native)
+    want_py = wanted("python", python)
+    names = {t.name.value for t in (*want, *want_py)}
+    names |= {t.namer for t in want if t.namer}
+    paths = {n: p for n in sorted(names) if (p := find_tool(n))}
+    available = [t for t in want if t.name in paths]
+    for t in want:
         # a missing fallback is worth a line only when nothing else is there
-        if n not in paths and (n == want[0] or not available):
-            result.tools[n] = "missing"
-    if want and want[0] not in paths:
+        if t.name not in paths and (t is want[0] or not available):
+            result.tools[t.name] = "missing"
+    if want and want[0].name not in paths:
         result.notes.append(_missing_native_note(want, available))
     return Plan(
-        native=available[0] if available else None,
-        native_fallback=available[1] if len(available) > 1 else None,
-        python="py-spy" if python != "none" and "py-spy" in paths else None,
+        native=available,
+        python=next((t for t in want_py if t.name in paths), None),
         paths=paths,
+        python_wanted=want_py,
     )
 
 
-def _missing_native_note(want: Sequence[str], available: Sequence[str]) -> str:
+def _missing_native_note(want: Sequence[StackTool], available: Sequence[StackTool]) -> str:
     if available:
-        return f"{want[0]} not found on PATH: native stacks from {available[0]}"
-    return f"{', '.join(want)} not found on PATH: no native stacks, thread states from /proc only"
+        return f"{want[0].name} not found on PATH: native stacks from {available[0].name}"
+    names = ", ".join(t.name for t in want)
+    return f"{names} not found on PATH: no native stacks, thread states from /proc only"
 
 
 def _context(proc: ProcessSample, tid: int, own_roots: tuple[str, ...]) -> FrameContext:
@@ -142,75 +134,46 @@ def _context(proc: ProcessSample, tid: int, own_roots: tuple[str, ...]) -> Frame
     )
 
 
-def _argv(tool: str, attach: int, plan: Plan) -> list[str]:
-    path = plan.paths[tool]
-    if tool == "gdb":
-        # -iex runs before the attach: debuginfod would otherwise try the network
-        sets = ["debuginfod enabled off", "pagination off", "width 0", "print frame-arguments none"]
-        pre = [a for s in sets[:1] for a in ("-iex", f"set {s}")]
-        post = [a for s in sets[1:] for a in ("-ex", f"set {s}")]
-        info = ["-ex", "set print frame-info location-and-address", "-ex", "thread apply all bt"]
-        return [path, "-p", str(attach), "-batch", "-nx", *pre, *post, *info]
-    if tool == "eu-stack":
-        # -a: which frames are return addresses (named by the call, one byte back); -m
-        # module; -q no names (eu-addr2line's job), else -s FILE:LINE, -i inlined frames
-        names = ["-q"] if "eu-addr2line" in plan.paths else ["-s", "-i"]
-        return [path, "-p", str(attach), "-a", "-m", *names]
-    native = ["--native"] if plan.py_native else []
-    return [path, "dump", "--pid", str(attach), "--json", *native]
-
-
-_PARSERS = {"gdb": parse_gdb, "py-spy": parse_py_spy}
-
-
 def _take(
-    tool: str, proc: ProcessSample, attach: int, ctx: FrameContext, plan: Plan, out: _Outcome
+    tool: StackTool, proc: ProcessSample, attach: int, ctx: FrameContext, plan: Plan, out: _Outcome
 ) -> str:
     """Run one tool on one process; record its stacks and return its status word."""
+    key = f"{tool.name}:{proc.pid}"
     budget = min(plan.timeout, plan.deadline - time.monotonic())
     if budget < 0.5:
-        out.notes.append(f"{tool}: stack time budget spent, pid {proc.pid} skipped")
+        out.notes.append(f"{tool.name}: stack time budget spent, pid {proc.pid} skipped")
         return "timeout"
-    run = run_tool(_argv(tool, attach, plan), budget)
-    out.raw[f"{tool}:{proc.pid}"] = run.output[:RAW_OUTPUT_LIMIT]
-    out.timings[f"{tool}:{proc.pid}"] = round(run.duration_s, 4)
+    named = plan.named(tool)
+    how = Invocation(plan.paths[tool.name], attach, named=named, py_native=plan.py_native)
+    run = run_tool(tool.argv(how), budget)
+    out.raw[key] = run.output[:RAW_OUTPUT_LIMIT]
+    out.timings[key] = round(run.duration_s, 4)
     if run.timed_out:
         out.killed = True
         out.notes.append(
-            f"{tool} timed out after {budget:.1f}s on pid {proc.pid}: process group killed"
+            f"{tool.name} timed out after {budget:.1f}s on pid {proc.pid}: process group killed"
         )
         return "timeout"
     if run.returncode is None:
-        return _failed(tool, proc.pid, run.error, out)
-    names = None
-    if tool == "eu-stack" and "eu-addr2line" in plan.paths:
-        names = _name_frames(run.stdout, proc.pid, attach, plan, out)
-    stacks, why = _parse(tool, run, proc.pid, ctx, names)
+        return _failed(tool.name, proc.pid, run.error, out)
+    names = _name_frames(run.stdout, proc.pid, attach, plan, out) if named else None
+    stacks, why = _parse(tool, Dump(run.stdout, run.stderr, proc.pid, ctx, names))
     if stacks:
         out.stacks.extend(sorted(stacks, key=lambda s: s.tid))
         # eu-stack unwinds what it may and says which it may not; a zombie thread (an
         # exited main thread) has nothing to unwind and is no refusal
         refused = [e for e in _unwind_errors(run.stderr, proc) if permission_denied(e)]
         if refused:
-            out.notes.append(f"{tool} partial on pid {proc.pid}: {refused[0][:200]}")
+            out.notes.append(f"{tool.name} partial on pid {proc.pid}: {refused[0][:200]}")
         return "used"
-    if permission_denied(run.output):
-        return _denial(tool, proc.pid, run.output, out)
-    return _failed(tool, proc.pid, why or _first_line(run.output), out)
+    if tool.attach.ptrace and permission_denied(run.output):
+        return _denial(tool.name, proc.pid, run.output, out)
+    return _failed(tool.name, proc.pid, why or _first_line(run.output), out)
 
 
-def _parse(
-    tool: str,
-    run: ToolResult,
-    pid: int,
-    ctx: FrameContext,
-    names: dict[int, list[Location]] | None,
-) -> tuple[list[ThreadStack], str]:
+def _parse(tool: StackTool, dump: Dump) -> tuple[list[ThreadStack], str]:
     try:
-        if tool == "eu-stack":  # stacks on stdout, complaints on stderr
-            return parse_eu_stack(run.stdout, pid, ctx, names), ""
-        # py-spy: JSON on stdout, diagnostics on stderr; gdb mixes both usefully
-        return _PARSERS[tool](run.output if tool == "gdb" else run.stdout, pid, ctx), ""
+        return tool.parse(dump), ""
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         return [], f"unparseable output ({type(e).__name__}: {e})"[:200]
 
@@ -231,7 +194,7 @@ def _name_frames(
         return None
     opts = ["-p", str(attach), "-a", "-f", "-i", "-C", "--pretty-print"]
     argvs = [
-        [plan.paths["eu-addr2line"], *opts, *map(hex, group)]
+        [plan.paths[EU_ADDR2LINE], *opts, *map(hex, group)]
         for group in _split_modules(by_module, plan.name_jobs)
     ]
     start = time.monotonic()
@@ -240,8 +203,8 @@ def _name_frames(
     else:
         with ThreadPoolExecutor(max_workers=len(argvs)) as pool:
             runs = list(pool.map(lambda argv: run_tool(argv, budget), argvs))
-    out.raw[f"eu-addr2line:{pid}"] = "".join(r.output for r in runs)[:RAW_OUTPUT_LIMIT]
-    out.timings[f"eu-addr2line:{pid}"] = round(time.monotonic() - start, 4)
+    out.raw[f"{EU_ADDR2LINE}:{pid}"] = "".join(r.output for r in runs)[:RAW_OUTPUT_LIMIT]
+    out.timings[f"{EU_ADDR2LINE}:{pid}"] = round(time.monotonic() - start, 4)
     names: dict[int, list[Location]] = {}
     for run in runs:
         named = parse_addr2line(run.stdout)
@@ -315,32 +278,34 @@ def _collect_process(proc: ProcessSample, plan: Plan, own_roots: tuple[str, ...]
         out.notes.append(f"pid {proc.pid} is a zombie: no stacks")
         return out
     ctx = _context(proc, attach, own_roots)
-    stopped_before = _stopped_tids(proc.pid)
+    # only a tool that stops the process can leave it stopped
+    stops = any(t.attach.stops for t in [*plan.native, *filter(None, [plan.python])])
+    stopped_before = _stopped_tids(proc.pid) if stops else set()
     try:
         _run_tools(proc, attach, ctx, plan, out)
     finally:
-        if out.killed:  # a SIGSTOP the killed tracer sent may land just after its death
+        if out.killed and stops:  # a SIGSTOP the killed tracer sent may land after its death
             time.sleep(0.2)
-        _resume_if_we_stopped(proc.pid, stopped_before, out)
+        if stops:
+            _resume_if_we_stopped(proc.pid, stopped_before, out)
     return out
 
 
 def _run_tools(
     proc: ProcessSample, attach: int, ctx: FrameContext, plan: Plan, out: _Outcome
 ) -> None:
-    # one tool at a time on this process, py-spy first (see the module docstring)
+    # one tool at a time on this process, the Python one first (see the module docstring)
     embedded = ctx.maps is not None and ctx.maps.maps_file("libpython")
     if plan.python and (proc.is_python or embedded):
-        out.tools.append((plan.python, _take(plan.python, proc, attach, ctx, plan, out)))
-    if plan.native is None:
-        return
-    status = _take(plan.native, proc, attach, ctx, plan, out)
-    out.tools.append((plan.native, status))
-    if status.startswith("failed") and plan.native_fallback:
-        out.notes.append(f"pid {proc.pid}: {plan.native} failed, trying {plan.native_fallback}")
-        out.tools.append(
-            (plan.native_fallback, _take(plan.native_fallback, proc, attach, ctx, plan, out))
-        )
+        out.tools.append((plan.python.name, _take(plan.python, proc, attach, ctx, plan, out)))
+    for i, tool in enumerate(plan.native):
+        if i:
+            before = plan.native[i - 1].name
+            out.notes.append(f"pid {proc.pid}: {before} failed, trying {tool.name}")
+        status = _take(tool, proc, attach, ctx, plan, out)
+        out.tools.append((tool.name, status))
+        if not status.startswith("failed"):
+            return
 
 
 def _stopped_tids(pid: int) -> set[int]:
@@ -409,7 +374,7 @@ def collect_stacks(
             f"stacks capped at the first {MAX_STACK_PROCESSES} of {len(procs)} processes"
         )
         procs = procs[:MAX_STACK_PROCESSES]
-    if not procs or (plan.native is None and plan.python is None):
+    if not procs or (not plan.native and plan.python is None):
         return
     workers = stack_workers()
     # CPUs the process workers leave idle go to naming frames (one process: all of them)

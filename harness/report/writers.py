@@ -1,0 +1,63 @@
+"""The files `store.finish` writes into a report folder, as a registry: one entry per file,
+in the order they are written (report.html last: its list of files links the others). Each
+writer runs under one guard: a writer that fails leaves a note in the report instead of
+costing the others, or report.json, which `finish` writes after them all.
+
+Adding a report format: one `Writer` entry here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harness.files import atomic_write
+from harness.report import html, junit, markdown, stacks
+from harness.report.model import Report, plain
+
+# written by the runner as the trainer runs, not at the end: a report file all the same
+OUTPUT_LOG = "output.log"
+
+
+@dataclass(frozen=True)
+class Writer:
+    name: str  # the file in the report folder
+    render: Callable[[Report], str | None]  # its text; None: nothing to write for this run
+
+
+def _stacks_txt(report: Report) -> str | None:
+    return stacks.render_stacks(report.samples) if report.samples is not None else None
+
+
+def _samples_json(report: Report) -> str | None:
+    if report.samples is None:
+        return None
+    return json.dumps(plain(report.samples), indent=1) + "\n"
+
+
+WRITERS: tuple[Writer, ...] = (
+    Writer("stacks.txt", _stacks_txt),
+    Writer("samples.json", _samples_json),
+    Writer("report.md", markdown.render_report),
+    Writer("junit.xml", junit.render_junit),
+    Writer("report.html", html.render_html),  # last: it links the files written before it
+)
+
+# every file of a report folder besides report.json and evidence/
+ARTIFACTS: tuple[str, ...] = (OUTPUT_LOG, *(w.name for w in WRITERS))
+
+
+def write_all(report: Report, writers: tuple[Writer, ...] = WRITERS) -> list[str]:
+    """Write each file of the report, in order; the names written. A writer that raises
+    (a rendering bug, a full disk) adds a note to the report and the next one runs."""
+    written = []
+    for writer in writers:
+        try:
+            text = writer.render(report)
+            if text is not None:
+                atomic_write(report.artifact(writer.name), text)
+                written.append(writer.name)
+        except Exception as exc:
+            report.notes.append(f"{writer.name} not written: {exc!r}")
+    return written
