@@ -11,14 +11,16 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness import bisect as bis
 from harness.cli import main as cli_main
 from harness.errors import HarnessError
-from harness.outcome import BISECT_ABORT, USAGE
+from harness.outcome import BISECT_ABORT, USAGE, Kind
 from harness.pipeline.options import RunOptions
+from harness.vocab import BisectRole
 from tests.gitrepo import ROOT, SUBJECTS, History, git, make_history, plan_with, write_scenario
 
 STARTUP_S = 3  # the replica's first dashboard comes after ~0.5 s here; a hang is declared at 3 s
@@ -43,7 +45,7 @@ def history(tmp_path_factory: pytest.TempPathFactory, name: str, plan: list[str]
     return h
 
 
-def options(h: History, report_dir: Path, **kw: object) -> bis.BisectOptions:
+def options(h: History, report_dir: Path, **kw: Any) -> bis.BisectOptions:
     base = bis.BisectOptions(
         run=RunOptions(
             env="breakout",
@@ -106,7 +108,17 @@ def test_names_compact_everything_in_log2_builds(
     assert data["result"]["parent_run"]["kind"] == "pass"
     assert data["confirm_fix"]["confirmed"] is True
     assert data["totals"]["steps"] <= data["totals"]["step_bound"]
+    assert data["result"]["first_bad_run"]["classification"] == "bad"
+    assert data["result"]["first_bad_run"]["values"] == {"commit": main_history.first_bad[:12]}
     assert "compact everything" in (r.directory / "report.md").read_text()
+    # the steps as a multi-run table: every step's run linked from index.html
+    index = (r.directory / "index.html").read_text()
+    assert len(r.steps) >= 3
+    for step in r.steps:
+        run_dir = step.decisive.report_dir
+        assert run_dir is not None and (Path(run_dir) / "report.html").is_file()
+        link = os.path.relpath(Path(run_dir, "report.html"), r.directory)
+        assert f'href="{link}"' in index, link
 
 
 @pytest.mark.slow
@@ -123,8 +135,8 @@ def test_rerun_reuses_builds_and_repeats(
     totals = r.totals()
     assert totals["builds"] == 0 and totals["cache_hits"] == totals["runs"]
     counts = {s.role: s.counts() for s in r.search_steps}
-    assert counts["good-end"] == {"runs": 2, "good": 2, "bad": 0, "skip": 0}
-    assert counts["bad-end"] == {"runs": 1, "good": 0, "bad": 1, "skip": 0}
+    assert counts[BisectRole.GOOD_END] == {"runs": 2, "good": 2, "bad": 0, "skip": 0}
+    assert counts[BisectRole.BAD_END] == {"runs": 1, "good": 0, "bad": 1, "skip": 0}
 
 
 @pytest.mark.slow
@@ -237,18 +249,18 @@ def test_good_end_that_fails(main_history: History, tmp_path: Path) -> None:
 
 def test_classification_rules() -> None:
     c = bis.classify_run
-    assert c("pass", None, "hang", "env_start") == bis.GOOD
-    assert c("hang", "env_start", "hang", "env_start") == bis.BAD
-    assert c("hang", "vec_thread_main", "hang", "env_start") == bis.SKIP
-    assert c("hang", None, "hang", None) == bis.BAD
-    assert c("error-exit", None, "hang", None) == bis.SKIP
-    assert c("error-exit", None, "crash", None) == bis.BAD
-    assert c("build-failed", None, "any-failure", None) == bis.SKIP
-    assert c("check-failed", None, "any-failure", None) == bis.BAD
-    runs = [bis.RunRecord("pass", "", 0, bis.GOOD), bis.RunRecord("hang", "", 2, bis.BAD)]
-    assert bis.combine(runs) == bis.BAD
-    assert bis.combine(runs[:1] * 3) == bis.GOOD
-    assert bis.combine([runs[0], bis.RunRecord("crash", "", 3, bis.SKIP)]) == bis.SKIP
+    assert c(Kind.PASS, None, "hang", "env_start") == bis.GOOD
+    assert c(Kind.HANG, "env_start", "hang", "env_start") == bis.BAD
+    assert c(Kind.HANG, "vec_thread_main", "hang", "env_start") == bis.SKIP
+    assert c(Kind.HANG, None, "hang", None) == bis.BAD
+    assert c(Kind.ERROR_EXIT, None, "hang", None) == bis.SKIP
+    assert c(Kind.ERROR_EXIT, None, "crash", None) == bis.BAD
+    assert c(Kind.BUILD_FAILED, None, "any-failure", None) == bis.SKIP
+    assert c(Kind.CHECK_FAILED, None, "any-failure", None) == bis.BAD
+    assert bis.combine([bis.GOOD, bis.BAD]) == bis.BAD
+    assert bis.combine([bis.GOOD] * 3) == bis.GOOD
+    assert bis.combine([bis.GOOD, bis.SKIP]) == bis.SKIP
+    assert bis.combine([]) == bis.SKIP
 
 
 # ---------------------------------------------------------------- git bisect run

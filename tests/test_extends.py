@@ -13,6 +13,7 @@ from harness.config.pin import load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError
 from harness.outcome import HANG, USAGE
+from harness.pipeline.compare import default_variants
 from tests.gitrepo import History, make_history, plan_with
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +62,22 @@ def test_extends_merges_tables_and_keeps_lineage(tmp_path: Path) -> None:
     # the shipped scenario's [pin.replica] settings and pins = ["replica"] checks apply
     settings = load_scenario("breakout").settings(pin.lineage)
     assert settings.steps == load_scenario("breakout").settings("replica").steps
+
+
+def test_compare_defaults_to_the_baseline_then_the_inherited_fixes(tmp_path: Path) -> None:
+    """`harness compare` without --variants: data/defaults.toml's baseline, then the pin's
+    `fixes` (the baseline once), which a pin inherits from the pin it extends."""
+    (tmp_path / "base.toml").write_text(
+        'schema_version = 1\nname = "base"\nextends = "replica"\n'
+        'fixes = ["stock", "omp-free", "fixed"]\n'
+    )
+    (tmp_path / "child.toml").write_text(
+        'schema_version = 1\nname = "child"\nextends = "base.toml"\n'
+    )
+    for name in ("base", "child"):
+        pin = load_pin(str(tmp_path / f"{name}.toml"))
+        assert pin.fixes == ("stock", "omp-free", "fixed")
+        assert default_variants(pin) == ["stock", "omp-free", "fixed"]
 
 
 def test_extends_a_path_source_keeps_its_folder(tmp_path: Path) -> None:

@@ -7,8 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis.causes import Cause
+from harness.analysis.classify import Verdict
 from harness.errors import HarnessError
-from harness.pipeline.sweep import Cell, Knob, conclude, parse_knobs
+from harness.files import atomic_write
+from harness.outcome import Kind
+from harness.pipeline.sweep import Knob, conclude, parse_knobs
+from harness.report import github
+from harness.report.matrix import Matrix, write_matrix
+from harness.report.model import Report
+from harness.report.runs import RunRow, load_row, row_from_error
+from harness.vocab import AxisKind, Confidence, Mechanism
 from tests.harness_cli import harness
 
 
@@ -26,16 +35,89 @@ def test_knobs_parse_and_bad_ones_are_usage_errors() -> None:
 
 
 def test_conclusion_names_the_knob_that_matters() -> None:
-    a, v = Knob("env", "A", ("1", "2")), Knob("variant", "variant", ("s", "f"))
-    cells = [
-        Cell(i, {"A": x, "variant": y}, y, {}, [], kind="hang" if y == "s" else "pass")
-        for i, (x, y) in enumerate([("1", "s"), ("1", "f"), ("2", "s"), ("2", "f")])
+    a, v = Knob(AxisKind.ENV, "A", ("1", "2")), Knob(AxisKind.VARIANT, "variant", ("s", "f"))
+    rows = [
+        RunRow({"A": x, "variant": y}, y, kind=Kind.HANG if y == "s" else Kind.PASS)
+        for x, y in [("1", "s"), ("1", "f"), ("2", "s"), ("2", "f")]
     ]
-    lines = conclude([a, v], cells)
+    lines = conclude([a, v], rows)
     assert lines[0].startswith("A is ruled out")
     assert lines[1].startswith("variant changes the outcome")
-    cells[2].kind = "pass"  # now A=2 turns the stock hang into a pass
-    assert conclude([a, v], cells)[0].startswith("A changes the outcome")
+    rows[2].kind = Kind.PASS  # now A=2 turns the stock hang into a pass
+    assert conclude([a, v], rows)[0].startswith("A changes the outcome")
+    rows[3] = row_from_error("the build of f failed", None, {"A": "2", "variant": "f"}, "f")
+    assert conclude([a, v], rows)[-1] == "1 cell(s) could not run: see their summaries"
+
+
+def _saved_hang(folder: Path) -> Path:
+    """A report folder as a child harness leaves it: report.json of a located hang."""
+    report = Report("run-1", folder, ["harness", "run"], "run", status="complete", env="x")
+    report.verdict = Verdict(
+        Kind.HANG,
+        "hang in env_start",
+        mechanism=Mechanism.DEADLOCK,
+        location="env_start",
+        location_frames=["env_start", "GOMP_parallel"],
+        evidence=[f"line {i}" for i in range(12)],
+        causes=[Cause("openmp-after-fork", "OpenMP after fork", Confidence.HIGH)],
+    )
+    report.timings.run_s = 3.5
+    atomic_write(folder / "report.json", json.dumps(report.to_json()))
+    return folder
+
+
+def test_rows_from_a_saved_report_and_from_errors(tmp_path: Path) -> None:
+    values = {"OMP_WAIT_POLICY": "active", "variant": "stock"}
+    _saved_hang(tmp_path / "cells" / "000" / "run-1")
+    row = load_row(tmp_path / "cells" / "000", 2, values, "stock", "unused")
+    assert (row.kind, row.mechanism, row.location) == (Kind.HANG, "deadlock", "env_start")
+    assert row.cause == "openmp-after-fork" and row.run_s == 3.5 and row.exit_code == 2
+    assert len(row.evidence) == 8 and row.error is None
+    assert row.report_dir == str(tmp_path / "cells" / "000" / "run-1")
+    assert row.runs == 1 and row.rate(Kind.HANG) == 1.0 and row.rate(Kind.PASS) == 0.0
+    # a cell whose harness left no report: an error row that says why
+    none = load_row(tmp_path / "cells" / "001", 5, values, "stock", "unknown variant 'x'")
+    assert none.kind is Kind.ERROR and none.summary == none.error == "unknown variant 'x'"
+    assert none.report_dir is None
+    # a folder with something that is not a report: the loader's one-line reason
+    (tmp_path / "cells" / "002" / "bad").mkdir(parents=True)
+    (tmp_path / "cells" / "002" / "bad" / "report.json").write_text("[1]")
+    bad = load_row(tmp_path / "cells" / "002", 0, values, "stock", "unused")
+    assert bad.kind is Kind.ERROR and "not a harness report" in bad.summary
+
+
+def test_one_writer_for_every_multi_run_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JSON, Markdown, index.html and the step summary from the same rows and columns."""
+    run = _saved_hang(tmp_path / "runs" / "run-1")
+    (run / "report.html").write_text("<p>the run's page</p>")
+    hang = load_row(run, 2, {"variant": "stock"}, "stock", "unused")
+    error = row_from_error("patch <x> | does not apply", 5, {"variant": "fixed"}, "fixed")
+    m = Matrix("compare", "harness compare x", ["variant"], [hang, error], ["not confirmed"])
+    m.rows_key, m.extra = "variants", {"confirmed": False}
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    out = tmp_path / "compare-x"
+    write_matrix(m, out)
+    data = json.loads((out / "compare.json").read_text())
+    assert data["mode"] == "compare" and data["confirmed"] is False
+    assert [r["kind"] for r in data["variants"]] == ["hang", "error"]
+    assert data["variants"][0]["location"] == "env_start"
+    assert data["directory"] == str(out) and data["conclusion"] == ["not confirmed"]
+    table = (out / "compare.md").read_text().splitlines()
+    header = "| variant | verdict | mechanism | location | cause | epochs | failed checks | why"
+    assert header + " | report |" in table
+    assert any(ln.startswith("| fixed | error |") and "\\|" in ln for ln in table), table
+    page = (out / "index.html").read_text()
+    assert page.count('href="../runs/run-1/report.html"') == 2  # the badge and the link
+    assert "patch &lt;x&gt;" in page and "openmp-after-fork" in page
+    text = summary.read_text()
+    assert text.startswith("### harness compare x\n\nnot confirmed\n") and header in text
+    # outside Actions the same table writes no summary
+    monkeypatch.delenv("GITHUB_ACTIONS")
+    assert not github.publish_table(m.title, m.table(), m.conclusion)
 
 
 @pytest.mark.slow

@@ -7,8 +7,10 @@ binary search that steps around untestable commits, and writes a report. `harnes
 bisect-step ENV` is the test for `git bisect run`: it runs the harness on the checkout's HEAD
 and exits 0 (good), 1 (bad), 125 (skip) or 255 (abort). See docs/bisect.md.
 
-`model` holds the options and records, `steps` tests one commit, `search` the search and its
-report files, `render` the markdown and terminal views. Git reads come from harness.source.
+`model` holds the options and records (each run a `report.runs.RunRow`, the row every
+multi-run command shares), `steps` tests one commit, `search` the search and its report
+files, `render` the markdown (its steps table through `report.matrix`) and terminal views.
+Git reads come from harness.source.
 """
 
 from harness.bisect.model import BAD as BAD
@@ -17,7 +19,6 @@ from harness.bisect.model import GOOD as GOOD
 from harness.bisect.model import SKIP as SKIP
 from harness.bisect.model import BisectOptions as BisectOptions
 from harness.bisect.model import BisectResult as BisectResult
-from harness.bisect.model import RunRecord as RunRecord
 from harness.bisect.model import StepRecord as StepRecord
 from harness.bisect.render import print_summary as print_summary
 from harness.bisect.render import render_markdown as render_markdown

@@ -10,21 +10,24 @@ from typing import Any
 
 from harness import __version__, outcome
 from harness.config.pin import Pin
+from harness.outcome import Kind
 from harness.pipeline.options import RunOptions
+from harness.report.runs import RunRow
 from harness.source.gitrepo import CommitInfo
+from harness.vocab import BisectRole, BisectStatus
 
 SCHEMA_VERSION = 1
 GOOD, BAD, SKIP = "good", "bad", "skip"
 # the failures a bisect looks for: the kinds the outcome registry says reproduce a failure
 FAILURES = outcome.REPRODUCED
-EXPECTS: dict[str, frozenset[str]] = {
-    "hang": frozenset({"hang"}),
-    "crash": frozenset({"crash", "error-exit"}),  # both are exit code 3
-    "check-failed": frozenset({"check-failed"}),
+EXPECTS: dict[str, frozenset[Kind]] = {
+    "hang": frozenset({Kind.HANG}),
+    "crash": frozenset({Kind.CRASH, Kind.ERROR_EXIT}),  # both are exit code 3
+    "check-failed": frozenset({Kind.CHECK_FAILED}),
     "any-failure": FAILURES,
 }
 # the same tree fails to build (or to prepare) the same way every time: repeating is useless
-UNREPEATABLE = frozenset({"build-failed", "error"})
+UNREPEATABLE = frozenset({Kind.BUILD_FAILED, Kind.ERROR})
 
 
 @dataclass(frozen=True)
@@ -42,46 +45,34 @@ class BisectOptions:
 
 
 @dataclass
-class RunRecord:
-    """One harness run of one commit."""
-
-    kind: str  # the verdict kind, or "error" when the harness could not prepare the tree
-    summary: str
-    exit_code: int
-    classification: str  # good | bad | skip
-    location: str | None = None
-    mechanism: str | None = None
-    location_frames: list[str] = field(default_factory=list)
-    evidence: list[str] = field(default_factory=list)
-    build_key: str | None = None
-    build_ok: bool | None = None
-    build_s: float | None = None
-    cache_hit: bool | None = None
-    run_s: float | None = None
-    epochs: float | None = None
-    sps: float | None = None
-    report_dir: str | None = None
-
-
-@dataclass
 class StepRecord:
-    """One tested commit: up to --repeat runs, classified together."""
+    """One tested commit: up to --repeat runs (each a RunRow, the row every multi-run
+    command shares) and how each was classified for the failure sought."""
 
-    role: str  # good-end | bad-end | search | confirm-fix | step
+    role: BisectRole
     index: int  # position among the candidates, oldest 0; the good end is -1
     commit: CommitInfo
     variant: str
-    classification: str
-    runs: list[RunRecord]
+    classification: str  # good | bad | skip, of the runs together
+    runs: list[RunRow]
+    classes: list[str]  # good | bad | skip of each run, in the order of `runs`
 
     @property
-    def decisive(self) -> RunRecord:
+    def decisive_at(self) -> int:
         """The run that decided the classification: the first bad one, else the last."""
-        return next((r for r in self.runs if r.classification == BAD), self.runs[-1])
+        return next((i for i, c in enumerate(self.classes) if c == BAD), len(self.runs) - 1)
+
+    @property
+    def decisive(self) -> RunRow:
+        return self.runs[self.decisive_at]
 
     def counts(self) -> dict[str, int]:
-        tally = {c: sum(r.classification == c for r in self.runs) for c in (GOOD, BAD, SKIP)}
+        tally = {c: sum(k == c for k in self.classes) for c in (GOOD, BAD, SKIP)}
         return {"runs": len(self.runs), **tally}
+
+    def run_json(self, at: int) -> dict[str, Any]:
+        """One run as report.json writes it: its row and its classification."""
+        return {**self.runs[at].to_json(), "classification": self.classes[at]}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,8 +82,8 @@ class StepRecord:
             "variant": self.variant,
             "classification": self.classification,
             "counts": self.counts(),
-            "verdict": asdict(self.decisive),
-            "runs": [asdict(r) for r in self.runs],
+            "verdict": self.run_json(self.decisive_at),
+            "runs": [self.run_json(i) for i in range(len(self.runs))],
         }
 
 
@@ -114,7 +105,7 @@ class BisectResult:
     bad: CommitInfo
     candidates: list[CommitInfo]  # good..bad on the first-parent line, oldest first
     steps: list[StepRecord] = field(default_factory=list)
-    status: str = "running"  # running | found | range | failed | interrupted
+    status: BisectStatus = BisectStatus.RUNNING
     first_bad: StepRecord | None = None
     parent: StepRecord | None = None  # the last good step before the first bad commit
     possible: list[CommitInfo] = field(default_factory=list)  # status "range"
@@ -126,10 +117,10 @@ class BisectResult:
 
     @property
     def search_steps(self) -> list[StepRecord]:
-        return [s for s in self.steps if s.role != "confirm-fix"]
+        return [s for s in self.steps if s.role is not BisectRole.CONFIRM_FIX]
 
     @property
-    def runs(self) -> list[RunRecord]:
+    def runs(self) -> list[RunRow]:
         return [r for s in self.steps for r in s.runs]
 
     @property
@@ -152,7 +143,8 @@ class BisectResult:
     @property
     def exit_code(self) -> int:
         """0: a first bad commit was named (and the fix, if asked, passes on it); 1: not."""
-        return 0 if self.status == "found" and self.fix_confirmed is not False else 1
+        found = self.status is BisectStatus.FOUND
+        return 0 if found and self.fix_confirmed is not False else 1
 
     def totals(self) -> dict[str, int]:
         runs = self.runs
@@ -165,16 +157,16 @@ class BisectResult:
             "builds": len(built),
             "distinct_builds": len({r.build_key for r in runs if r.build_key}),
             "cache_hits": sum(bool(r.cache_hit) for r in runs),
-            "build_failures": sum(r.kind == "build-failed" for r in runs),
+            "build_failures": sum(r.kind is Kind.BUILD_FAILED for r in runs),
         }
 
     def message(self) -> str:
         if self.error:
             return self.error
-        if self.status == "found" and self.first_bad is not None:
+        if self.status is BisectStatus.FOUND and self.first_bad is not None:
             c = self.first_bad.commit
             return f"{c.sha} is the first bad commit: {c.subject}"
-        if self.status == "range":
+        if self.status is BisectStatus.RANGE:
             listed = ", ".join(f"{c.short} {c.subject}" for c in self.possible)
             return f"the first bad commit could be any of: {listed}"
         return self.status
@@ -214,9 +206,9 @@ class BisectResult:
         return {
             "message": self.message(),
             "first_bad": asdict(self.first_bad.commit) if self.first_bad else None,
-            "first_bad_run": asdict(self.first_bad.decisive) if self.first_bad else None,
+            "first_bad_run": _decisive_json(self.first_bad),
             "parent": asdict(self.parent.commit) if self.parent else None,
-            "parent_run": asdict(self.parent.decisive) if self.parent else None,
+            "parent_run": _decisive_json(self.parent),
             "possible": [asdict(c) for c in self.possible],
             "location_matched": self.location_matched,
             "diffstat": self.diffstat,
@@ -230,6 +222,10 @@ class BisectResult:
             "confirmed": self.fix_confirmed,
             "step": self.confirm.to_json(),
         }
+
+
+def _decisive_json(step: StepRecord | None) -> dict[str, Any] | None:
+    return step.run_json(step.decisive_at) if step is not None else None
 
 
 def _iso(t: float) -> str:

@@ -3,6 +3,7 @@ side, every step) and the one-screen terminal summary."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TextIO
 
 from rich.console import Console
@@ -10,12 +11,18 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from harness.bisect.model import BAD, GOOD, SKIP, BisectResult, RunRecord, StepRecord
-from harness.bisect.steps import expected, shown
+from harness.bisect.model import BAD, GOOD, SKIP, BisectResult, StepRecord
+from harness.bisect.steps import COMMIT, expected, shown
 from harness.report.markdown import table
+from harness.report.matrix import Column, Matrix, axis
+from harness.report.runs import RunRow
+from harness.vocab import BisectStatus
+
+# a step's coordinates in the steps table and index.html
+STEP, ROLE, SUBJECT, CLASS, COUNTS = "#", "role", "subject", "class", "runs (bad/good/skip)"
 
 
-def _build_text(r: RunRecord) -> str:
+def _build_text(r: RunRow) -> str:
     if r.build_key is None:
         return "-"
     state = "cache hit" if r.cache_hit else f"built in {r.build_s or 0:.1f}s"
@@ -28,7 +35,7 @@ def side_by_side(result: BisectResult) -> list[tuple[str, str, str]]:
     p, b = result.parent.decisive, result.first_bad.decisive
     pc, bc = result.parent.commit, result.first_bad.commit
 
-    def metrics(r: RunRecord) -> str:
+    def metrics(r: RunRow) -> str:
         return f"epoch {r.epochs if r.epochs is not None else '-'}, SPS {r.sps or '-'}"
 
     return [
@@ -90,35 +97,7 @@ def render_markdown(result: BisectResult) -> str:
         "## Steps",
         "",
     ]
-    lines += table(
-        (
-            "#",
-            "role",
-            "commit",
-            "subject",
-            "verdict",
-            "location",
-            "class",
-            "runs (bad/good/skip)",
-            "build",
-            "run",
-        ),
-        (
-            (
-                n,
-                s.role,
-                s.commit.short,
-                s.commit.subject,
-                s.decisive.kind,
-                s.decisive.location,
-                s.classification,
-                _counts_text(s),
-                _build_text(s.decisive),
-                f"{s.decisive.run_s or 0:.1f}s",
-            )
-            for n, s in enumerate(result.steps, 1)
-        ),
-    )
+    lines += steps_matrix(result).table()
     lines += ["", "## Totals", ""] + [f"- {k}: {v}" for k, v in totals.items()]
     return "\n".join(lines) + "\n"
 
@@ -130,7 +109,8 @@ def print_summary(result: BisectResult, stream: TextIO | None = None) -> None:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    style = {"found": "bold green", "range": "bold yellow"}.get(result.status, "bold red")
+    styles = {BisectStatus.FOUND: "bold green", BisectStatus.RANGE: "bold yellow"}
+    style = styles.get(result.status, "bold red")
     grid.add_row("result", f"[{style}]{escape(result.message())}[/]")
     grid.add_row("expected", expected(result.setup.opts))
     if result.first_bad is not None:
@@ -157,3 +137,39 @@ def print_summary(result: BisectResult, stream: TextIO | None = None) -> None:
                 table.add_row(escape(key), escape(a), escape(b))
         console.print(table)
         console.print(result.diffstat, markup=False)
+
+
+def steps_matrix(result: BisectResult) -> Matrix:
+    """The steps as a multi-run table (report.md's steps, index.html, the step summary): a
+    row per tested commit, its decisive run, labelled by step, role, commit and class."""
+    rows = [
+        replace(
+            s.decisive,
+            values={
+                STEP: str(n),
+                ROLE: s.role,
+                COMMIT: s.commit.short,
+                SUBJECT: s.commit.subject,
+                CLASS: s.classification,
+                COUNTS: _counts_text(s),
+            },
+        )
+        for n, s in enumerate(result.steps, 1)
+    ]
+    columns = [
+        *map(axis, (STEP, ROLE, COMMIT, SUBJECT)),
+        Column("verdict", lambda r: r.kind),
+        Column("location", lambda r: r.location),
+        *map(axis, (CLASS, COUNTS)),
+        Column("build", _build_text),
+        Column("run", lambda r: f"{r.run_s or 0:.1f}s"),
+    ]
+    return Matrix(
+        mode="bisect",
+        title=f"harness bisect {result.setup.opts.run.env}",
+        axes=[STEP, ROLE, COMMIT, SUBJECT, CLASS],
+        rows=rows,
+        conclusion=[result.message()],
+        env=result.setup.opts.run.env,
+        columns=columns,
+    )

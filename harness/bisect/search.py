@@ -12,13 +12,15 @@ from pathlib import Path
 
 from harness import outcome
 from harness.bisect.model import BAD, GOOD, SKIP, BisectOptions, BisectResult, StepRecord
-from harness.bisect.render import render_markdown
+from harness.bisect.render import render_markdown, steps_matrix
 from harness.bisect.steps import expected, setup_for, shown, try_commit
 from harness.errors import HarnessError, Interrupted
 from harness.files import atomic_write
 from harness.outcome import USAGE
 from harness.report import store
+from harness.report.matrix import publish, write_index
 from harness.source.gitrepo import commit_info, diffstat, first_parent_range, is_ancestor, resolve
+from harness.vocab import BisectRole, BisectStatus
 
 
 def prepare(opts: BisectOptions) -> BisectResult:
@@ -58,16 +60,14 @@ class _Search:
         self.setup = result.setup
         self.tested: dict[int, StepRecord] = {}
 
-    def test(self, index: int, role: str) -> StepRecord:
+    def test(self, index: int, role: BisectRole) -> StepRecord:
         res = self.result
         commit = res.good if index < 0 else res.candidates[index]
-        progress = self.setup.opts.run.progress
-        if progress is not None:
-            number = len(res.search_steps) + 1
-            progress.label = (
-                f"harness bisect {self.setup.opts.run.env} [step {number} of at most "
-                f"{res.step_bound}: {role} {commit.short} {commit.subject[:40]}]"
-            )
+        number = len(res.search_steps) + 1
+        self.setup.opts.run.progress.label = (
+            f"harness bisect {self.setup.opts.run.env} [step {number} of at most "
+            f"{res.step_bound}: {role} {commit.short} {commit.subject[:40]}]"
+        )
         step = try_commit(
             self.setup, commit, role, index, self.setup.opts.run.variant, res.directory / "steps"
         )
@@ -79,7 +79,7 @@ class _Search:
     def check_ends(self) -> None:
         """The bad end first: if the failure does not reproduce there, nothing else matters."""
         res, opts = self.result, self.setup.opts
-        bad = self.test(len(res.candidates) - 1, "bad-end")
+        bad = self.test(len(res.candidates) - 1, BisectRole.BAD_END)
         if bad.classification == GOOD:
             raise HarnessError(f"the bad end {res.bad.short} passed: nothing to bisect", USAGE)
         if bad.classification == SKIP:
@@ -88,7 +88,7 @@ class _Search:
                 f"({expected(opts)}): it showed {shown(bad)}",
                 USAGE,
             )
-        good = self.test(-1, "good-end")
+        good = self.test(-1, BisectRole.GOOD_END)
         if good.classification == BAD:
             raise HarnessError(
                 f"the good end {res.good.short} shows the failure ({shown(good)}): "
@@ -109,7 +109,7 @@ class _Search:
         skipped: set[int] = set()
         while pool := [i for i in range(lo + 1, hi) if i not in skipped]:
             probe = pool[(len(pool) + 1) // 2 - 1]
-            cls = self.test(probe, "search").classification
+            cls = self.test(probe, BisectRole.SEARCH).classification
             if cls == BAD:
                 hi = probe
             elif cls == GOOD:
@@ -121,10 +121,10 @@ class _Search:
     def conclude(self, lo: int, hi: int, skipped: list[int]) -> None:
         res = self.result
         if skipped:  # untestable commits hide where the failure came in: a range, like git
-            res.status = "range"
+            res.status = BisectStatus.RANGE
             res.possible = [res.candidates[i] for i in [*skipped, hi]]
             return
-        res.status = "found"
+        res.status = BisectStatus.FOUND
         res.first_bad, res.parent = self.tested[hi], self.tested[lo]
         res.diffstat = diffstat(self.setup.root, res.first_bad.commit.sha)
 
@@ -133,7 +133,12 @@ class _Search:
         assert res.first_bad is not None
         bad = res.first_bad
         step = try_commit(
-            self.setup, bad.commit, "confirm-fix", bad.index, variant, res.directory / "steps"
+            self.setup,
+            bad.commit,
+            BisectRole.CONFIRM_FIX,
+            bad.index,
+            variant,
+            res.directory / "steps",
         )
         res.steps.append(step)
         res.confirm = step
@@ -152,10 +157,10 @@ def bisect(opts: BisectOptions) -> BisectResult:
             search.confirm(opts.confirm_fix)
     except HarnessError as exc:
         result.error = exc.message
-        finish(result, "failed")
+        finish(result, BisectStatus.FAILED)
         raise
     except (Interrupted, KeyboardInterrupt):
-        finish(result, "interrupted")
+        finish(result, BisectStatus.INTERRUPTED)
         raise
     finish(result, result.status)
     return result
@@ -172,7 +177,7 @@ def bisect_step(opts: BisectOptions) -> int:
     except HarnessError as exc:
         print(f"harness bisect-step: error: {exc.message} (aborting)", file=sys.stderr)
         return outcome.BISECT_ABORT
-    step = try_commit(setup, head, "step", 0, opts.run.variant, opts.run.report_dir)
+    step = try_commit(setup, head, BisectRole.STEP, 0, opts.run.variant, opts.run.report_dir)
     code = {GOOD: 0, BAD: 1, SKIP: outcome.BISECT_SKIP}[step.classification]
     counts = step.counts()
     print(
@@ -189,8 +194,13 @@ def save(result: BisectResult) -> None:
     atomic_write(result.directory / "report.json", json.dumps(result.to_json(), indent=2) + "\n")
 
 
-def finish(result: BisectResult, status: str) -> None:
+def finish(result: BisectResult, status: BisectStatus) -> None:
+    """report.md, index.html (every step linked to its run's report), the step summary
+    under GitHub Actions, and report.json last."""
     result.status = status
     result.finished = time.time()
     atomic_write(result.directory / "report.md", render_markdown(result))
+    steps = steps_matrix(result)
+    write_index(steps, result.directory)
+    publish(steps)
     save(result)

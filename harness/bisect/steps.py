@@ -14,7 +14,6 @@ from harness.bisect.model import (
     SKIP,
     UNREPEATABLE,
     BisectOptions,
-    RunRecord,
     Setup,
     StepRecord,
 )
@@ -22,28 +21,32 @@ from harness.config.defaults import default_pin
 from harness.config.pin import check_env, load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError, Interrupted
+from harness.outcome import Kind
 from harness.pipeline.options import RunOptions
 from harness.pipeline.run import run_env
-from harness.report.model import Report
+from harness.report.runs import RunRow, row_from_error, row_from_report
 from harness.source.git import locate_checkout
 from harness.source.gitrepo import CommitInfo, toplevel
+from harness.vocab import BisectRole, SourceKind
+
+COMMIT = "commit"  # a bisect run's coordinate: the commit it built
 
 
-def classify_run(kind: str, location: str | None, expect: str, want: str | None) -> str:
+def classify_run(kind: Kind, location: str | None, expect: str, want: str | None) -> str:
     """pass → good; the expected failure (at `want`, if given) → bad; anything else → skip:
     a build failure or an unrelated failure says nothing about the failure sought."""
-    if kind == "pass":
+    if kind == Kind.PASS:
         return GOOD
     if kind in EXPECTS[expect] and (want is None or location == want):
         return BAD
     return SKIP
 
 
-def combine(runs: Sequence[RunRecord]) -> str:
+def combine(classes: Sequence[str]) -> str:
     """Bad if any run showed the failure, good only if every run passed, else skip."""
-    if any(r.classification == BAD for r in runs):
+    if BAD in classes:
         return BAD
-    if runs and all(r.classification == GOOD for r in runs):
+    if classes and all(c == GOOD for c in classes):
         return GOOD
     return SKIP
 
@@ -58,7 +61,7 @@ def setup_for(opts: BisectOptions) -> Setup:
         raise HarnessError(f"--repeat must be at least 1, not {opts.repeat}")
     scenario = load_scenario(run.scenario or run.env)
     pin = load_pin(run.pin or default_pin(run.checkout))
-    if pin.source.kind != "git":
+    if pin.source.kind != SourceKind.GIT:
         raise HarnessError(f"bisect needs a git pin; {pin.name} is a {pin.source.kind} source")
     check_env(pin, scenario.settings(pin.lineage).upstream_env)
     for spec in filter(None, (run.variant, opts.confirm_fix)):
@@ -78,54 +81,40 @@ def _run_options(setup: Setup, sha: str, variant: str, report_dir: Path) -> RunO
     )
 
 
-def _record(report: Report, code: int, opts: BisectOptions) -> RunRecord:
-    v = report.verdict
-    kind = report.kind
-    location = v.location if v else None
-    build = report.build
-    last = report.progress.last_metrics
-    return RunRecord(
-        kind=kind,
-        summary=v.summary if v else "",
-        exit_code=code,
-        classification=classify_run(kind, location, opts.expect, opts.location),
-        location=location,
-        mechanism=v.mechanism if v else None,
-        location_frames=list(v.location_frames) if v else [],
-        evidence=list(v.evidence[:8]) if v else [],
-        build_key=build.key if build else None,
-        build_ok=build.ok if build else None,
-        build_s=build.duration_s if build else None,
-        cache_hit=build.cache_hit if build else None,
-        run_s=report.timings.run_s,
-        epochs=last.get("epoch"),
-        sps=last.get("SPS"),
-        report_dir=str(report.directory),
-    )
-
-
-def run_once(setup: Setup, sha: str, variant: str, report_dir: Path) -> RunRecord:
+def run_once(setup: Setup, commit: CommitInfo, variant: str, report_dir: Path) -> RunRow:
+    values = {COMMIT: commit.short}
     try:
-        report, code = run_env(_run_options(setup, sha, variant, report_dir))
+        report, code = run_env(_run_options(setup, commit.sha, variant, report_dir))
     except HarnessError as exc:
         # setup_for validated everything global: what fails now is this commit's tree
         # (a variant that does not apply to it, a build tool it needs): untestable, skip
-        return RunRecord("error", exc.message, exc.exit_code, SKIP)
+        return row_from_error(exc.message, exc.exit_code, values, variant)
     if code >= outcome.INTERRUPTED_BASE:
         raise Interrupted(code - outcome.INTERRUPTED_BASE)
-    return _record(report, code, setup.opts)
+    return row_from_report(report, code, values, variant)
+
+
+def classify(row: RunRow, opts: BisectOptions) -> str:
+    return classify_run(row.kind, row.location, opts.expect, opts.location)
 
 
 def try_commit(
-    setup: Setup, commit: CommitInfo, role: str, index: int, variant: str, report_dir: Path
+    setup: Setup,
+    commit: CommitInfo,
+    role: BisectRole,
+    index: int,
+    variant: str,
+    report_dir: Path,
 ) -> StepRecord:
     """Up to --repeat runs; stop at the first that shows the failure (bad is settled)."""
-    runs: list[RunRecord] = []
+    runs: list[RunRow] = []
+    classes: list[str] = []
     for _ in range(setup.opts.repeat):
-        runs.append(run_once(setup, commit.sha, variant, report_dir))
-        if runs[-1].classification == BAD or runs[-1].kind in UNREPEATABLE:
+        runs.append(run_once(setup, commit, variant, report_dir))
+        classes.append(classify(runs[-1], setup.opts))
+        if classes[-1] == BAD or runs[-1].kind in UNREPEATABLE:
             break
-    return StepRecord(role, index, commit, variant, combine(runs), runs)
+    return StepRecord(role, index, commit, variant, combine(classes), runs, classes)
 
 
 # ---------------------------------------------------------------- the search

@@ -1,21 +1,16 @@
-"""`harness compare ENV --variants stock,fixed`: one scenario per variant, side by side;
+"""`harness compare ENV [--variants stock,fixed]`: one scenario per variant, side by side;
 exit 0 only when the baseline reproduces a failure and every fix passes."""
 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 from typing import Any
 
-from harness import outcome
 from harness.cli import options
-from harness.errors import HarnessError
-from harness.files import atomic_write
-from harness.outcome import USAGE
+from harness.config.defaults import compare_baseline
 from harness.pipeline.compare import compare_variants
-from harness.report import github, markdown, store
-from harness.report.html import IndexRow, relative_link, render_index
+from harness.report import store
+from harness.report.matrix import print_matrix, write_matrix
 
 NAME = "compare"
 
@@ -31,8 +26,8 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     options.add_env_argument(p)
     p.add_argument(
         "--variants",
-        default="stock,fixed",
-        help="comma list; the first is the baseline expected to fail (default: stock,fixed)",
+        help="comma list; the first is the baseline expected to fail (default: the baseline "
+        f"({compare_baseline()}) then the pin's fixes)",
     )
     options.add_scenario_options(p)
     options.add_source_options(p, variant=False)
@@ -42,65 +37,13 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    specs = [v.strip() for v in args.variants.split(",") if v.strip()]
-    if len(specs) < 2:
-        raise HarnessError("--variants needs at least two variants: a baseline and a fix", USAGE)
-    rows, confirmed, why = compare_variants(options.run_options(args, specs[0]), specs)
+    specs = None
+    if args.variants is not None:
+        specs = [v.strip() for v in args.variants.split(",") if v.strip()]
+    base = options.run_options(args, specs[0] if specs else compare_baseline())
+    result = compare_variants(base, specs)
     out = args.report_dir / store.new_run_id(f"compare-{args.env}")
-    data = {
-        "schema_version": 1,
-        "env": args.env,
-        "directory": str(out),
-        "variants": [vars(r) for r in rows],
-        "confirmed": confirmed,
-        "summary": why,
-    }
-    atomic_write(out / "compare.json", json.dumps(data, indent=2) + "\n")
-    table = markdown.table(
-        ("variant", "verdict", "location", "epochs", "SPS", "failed checks", "why"),
-        (
-            (
-                r.variant,
-                r.kind,
-                r.location,
-                r.epochs,
-                r.sps,
-                ", ".join(r.checks_failed),
-                r.reason,
-            )
-            for r in rows
-        ),
-    )
-    reports = [f"- {r.variant}: {r.report_dir}" for r in rows if r.report_dir]
-    atomic_write(
-        out / "compare.md",
-        "\n".join([f"# compare {args.env}", "", why, "", *table, "", "Reports:", "", *reports])
-        + "\n",
-    )
-    index = [
-        IndexRow(
-            kind=r.kind,
-            location=r.location,
-            variant=r.variant,
-            mechanism=r.mechanism,
-            summary=r.reason,
-            href=relative_link(Path(r.report_dir) / "report.html", out) if r.report_dir else None,
-        )
-        for r in rows
-    ]
-    atomic_write(out / "index.html", render_index(f"harness compare {args.env}: {why}", index))
-    github.publish_table(
-        f"harness compare {args.env}",
-        ("variant", "verdict", "location", "why", "report"),
-        [(r.variant, r.kind, r.location, r.reason, r.report_dir) for r in rows],
-        why,
-    )
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
-        print("\n".join(table))
-        print(why)
-        print(f"report: {out}")
-    if any(r.exit_code >= outcome.INTERRUPTED_BASE for r in rows):
-        return rows[-1].exit_code
-    return 0 if confirmed else 1
+    matrix = result.matrix()
+    write_matrix(matrix, out)
+    print_matrix(matrix, out, args.json)
+    return result.exit_code

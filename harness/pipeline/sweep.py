@@ -13,105 +13,115 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import variants
 from harness.config.defaults import default_pin
-from harness.config.pin import check_env, load_pin
+from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError
-from harness.outcome import USAGE
+from harness.outcome import USAGE, Kind
 from harness.pipeline.options import RunOptions, option_flags
-from harness.pipeline.stages import limits_for
-from harness.process import proctree, tools
+from harness.pipeline.stages import limits_for, verify_prepare_build
+from harness.process import proctree
+from harness.report.matrix import Matrix
+from harness.report.runs import RunRow, load_row, row_from_error
+from harness.vocab import AxisKind
 
-BUILD_TIMEOUT_S = 3600.0  # a cell's own harness applies the pin's build timeout; this bounds it
 MARGIN_S = 120.0  # startup, sampling and report writing on top of the cell's wall limit
 CELL_ENV_DROP = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")
 STOP_GRACE_S = 10.0  # a stopped cell's harness writes its partial report in this time
+FAILED = "failed: "  # a variant's build entry that says why it failed
 
 
 @dataclass(frozen=True)
 class Knob:
     """One dimension of the sweep: `--set train.lr`, `--env OMP_WAIT_POLICY` or `variant`."""
 
-    kind: str  # "set" | "env" | "variant"
+    kind: AxisKind
     name: str
     values: tuple[str, ...]
 
     @property
     def label(self) -> str:
-        return {"set": f"--{self.name}", "env": self.name, "variant": "variant"}[self.kind]
+        return {
+            AxisKind.SET: f"--{self.name}",
+            AxisKind.ENV: self.name,
+            AxisKind.VARIANT: "variant",
+        }[self.kind]
 
 
 @dataclass
 class Cell:
+    """One planned run of the matrix: its coordinates (knob label → value) and what it runs;
+    its outcome is a RunRow."""
+
     index: int
-    values: dict[str, str]  # knob label → value
+    values: dict[str, str]
     variant: str
     trainer_env: dict[str, str]
     trainer_args: list[str]
-    kind: str = "not run"
-    location: str | None = None
-    summary: str = ""
-    exit_code: int | None = None
-    report_dir: str = ""
-    build_key: str | None = None
-    cache_hit: bool | None = None
-    wall_s: float = 0.0
 
 
 @dataclass
 class SweepResult:
     env: str
     knobs: list[Knob]
-    cells: list[Cell]
+    rows: list[RunRow]  # one per cell, in the cells' order
     directory: Path
-    builds: dict[str, str] = field(default_factory=dict)  # variant → build key (or error)
+    builds: dict[str, str] = field(default_factory=dict)  # variant → "built …" or "failed: …"
     conclusion: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "schema_version": 1,
-            "mode": "sweep",
-            "env": self.env,
-            "knobs": [
-                {"kind": k.kind, "name": k.name, "values": list(k.values)} for k in self.knobs
-            ],
-            "cells": [vars(c) for c in self.cells],
-            "builds": self.builds,
-            "distinct_build_keys": len({c.build_key for c in self.cells if c.build_key}),
-            "conclusion": self.conclusion,
-        }
+    @property
+    def exit_code(self) -> int:
+        """0 when every cell ran (whatever it found), 1 when some could not."""
+        return 1 if any(r.kind is Kind.ERROR for r in self.rows) else 0
+
+    def matrix(self) -> Matrix:
+        return Matrix(
+            mode="sweep",
+            title=f"harness sweep {self.env}",
+            axes=[k.label for k in self.knobs],
+            rows=self.rows,
+            conclusion=self.conclusion,
+            env=self.env,
+            rows_key="cells",
+            extra={
+                "knobs": [
+                    {"kind": k.kind, "name": k.name, "values": list(k.values)} for k in self.knobs
+                ],
+                "builds": self.builds,
+                "distinct_build_keys": len({r.build_key for r in self.rows if r.build_key}),
+            },
+        )
 
 
 def parse_knobs(sets: Sequence[str], envs: Sequence[str], variant_list: str | None) -> list[Knob]:
     knobs: list[Knob] = []
-    for kind, items in (("set", sets), ("env", envs)):
+    for kind, items in ((AxisKind.SET, sets), (AxisKind.ENV, envs)):
         for item in items:
             name, sep, values = item.partition("=")
             vals = tuple(v for v in values.split(",") if v != "")
             if not sep or not name or not vals:
-                flag = "--set section.key=v1,v2" if kind == "set" else "--env KEY=v1,v2"
+                flag = "--set section.key=v1,v2" if kind is AxisKind.SET else "--env KEY=v1,v2"
                 raise HarnessError(f"expected {flag}, got {item!r}", USAGE)
-            if kind == "set" and "." not in name:
+            if kind is AxisKind.SET and "." not in name:
                 raise HarnessError(f"--set needs section.key (e.g. vec.num_threads), got {name!r}")
             knobs.append(Knob(kind, name.lstrip("-"), vals))
     if variant_list is not None:
         vals = tuple(v.strip() for v in variant_list.split(",") if v.strip())
         if not vals:
             raise HarnessError(f"--variants names no variant: {variant_list!r}", USAGE)
-        knobs.append(Knob("variant", "variant", vals))
+        knobs.append(Knob(AxisKind.VARIANT, "variant", vals))
     if not knobs:
         raise HarnessError("a sweep needs at least one --set, --env or --variants", USAGE)
     names = [k.label for k in knobs]
@@ -129,9 +139,9 @@ def cells_for(knobs: Sequence[Knob], base: RunOptions) -> list[Cell]:
         values = {}
         for knob, value in zip(knobs, combo, strict=True):
             values[knob.label] = value
-            if knob.kind == "set":
+            if knob.kind is AxisKind.SET:
                 args.append(f"--{knob.name}={value}")
-            elif knob.kind == "env":
+            elif knob.kind is AxisKind.ENV:
                 env[knob.name] = value
             else:
                 variant = value
@@ -141,41 +151,36 @@ def cells_for(knobs: Sequence[Knob], base: RunOptions) -> list[Cell]:
 
 def _harness_argv(base: RunOptions, cell: Cell, report_dir: Path) -> list[str]:
     argv = [sys.executable, "-m", "harness", "run", base.env, "--variant", cell.variant]
-    argv += ["--report-dir", str(report_dir), "--json", "--quiet"]  # the sweep reports cells
+    argv += ["--report-dir", str(report_dir), "--quiet"]  # the sweep reports cells
     cell_opts = base.but(trainer_env=cell.trainer_env, trainer_args=cell.trainer_args)
     return argv + option_flags(cell_opts, watch=True)
 
 
-def _build_argv(base: RunOptions, upstream_env: str, variant: str) -> list[str]:
-    argv = [sys.executable, "-m", "harness", "build", upstream_env, "--variant", variant]
-    if base.pin:
-        argv += ["--pin", base.pin]
-    if base.checkout:
-        argv += ["--checkout", str(base.checkout)]
-    if base.allow_drift:
-        argv.append("--allow-drift")
-    return argv
-
-
 class _Cells:
-    """The cells' harness processes now running: each in its own session, so that a sweep
-    that is interrupted (or times a cell out) stops them the way a user would: SIGTERM
-    first (the cell's harness kills its trainer and writes its partial report), then the
-    whole session is killed and reaped."""
+    """The cells' harness processes now running, each in its own session.
+
+    Started with Popen here, not process/tools.run_tool: run_tool waits for its child in the
+    calling thread and offers no handle, while a sweep must stop running cells from another
+    thread (an interrupt, or the sweep's own limit) the way a user would: SIGTERM first, so
+    the cell's harness kills its trainer and writes its partial report, then the whole
+    session is killed and reaped (proctree.kill_tree). Every path ends in `stop` or in a
+    normal exit of the cell: its limit (`stop`), an exception in the waiting thread
+    (`stop`, then re-raised), the sweep interrupted (`stop_all`, and nothing new starts)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.live: set[subprocess.Popen[bytes]] = set()
         self.stopping = False
 
-    def run(self, argv: list[str], timeout: float) -> tuple[int | None, str, str, bool]:
+    def run(self, argv: list[str], timeout: float) -> tuple[int | None, str, bool]:
+        """(exit code, stderr, timed out); the code is None when the cell was stopped."""
         with self.lock:
             if self.stopping:  # the sweep is being stopped: start nothing new
-                return None, "", "the sweep was stopped", False
+                return None, "the sweep was stopped", False
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,  # the cell's report folder says what it found
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 # a cell's own summary and annotations would repeat the sweep's matrix
@@ -184,11 +189,11 @@ class _Cells:
             self.live.add(proc)
         timed_out = False
         try:
-            out, err = proc.communicate(timeout=timeout)
+            _, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             self.stop(proc)
-            out, err = b"", b""
+            err = b""
         except BaseException:  # interrupted while waiting: this cell goes with the sweep
             self.stop(proc)
             raise
@@ -196,7 +201,7 @@ class _Cells:
             with self.lock:
                 self.live.discard(proc)
         code = None if timed_out else proc.returncode
-        return code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), timed_out
+        return code, (err or b"").decode("utf-8", "replace"), timed_out
 
     @staticmethod
     def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -214,43 +219,38 @@ class _Cells:
             self.stop(proc)
 
 
-def _run_cell(base: RunOptions, cell: Cell, out: Path, limit_s: float, runner: _Cells) -> None:
+def _run_cell(base: RunOptions, cell: Cell, out: Path, limit_s: float, runner: _Cells) -> RunRow:
+    """One cell in a child harness; its row is read from the report it wrote (load_report),
+    in a folder of its own so that parallel cells never mix up their reports."""
+    folder = out / "cells" / f"{cell.index:03d}"
     start = time.monotonic()
-    code, stdout, stderr, timed_out = runner.run(_harness_argv(base, cell, out / "cells"), limit_s)
-    cell.wall_s = time.monotonic() - start
-    cell.exit_code = code
+    code, stderr, timed_out = runner.run(_harness_argv(base, cell, folder), limit_s)
     if timed_out:
-        cell.kind, cell.summary = "error", f"the cell's harness timed out after {limit_s:.0f}s"
-        return
-    try:
-        report = json.loads(stdout)
-    except json.JSONDecodeError:
-        last = (stderr.strip().splitlines() or ["no output"])[-1]
-        cell.kind, cell.summary = "error", last[:300]
-        return
-    verdict = report.get("verdict") or {}
-    cell.kind = str(verdict.get("kind") or report.get("status"))
-    cell.location = verdict.get("location")
-    cell.summary = str(verdict.get("summary", ""))
-    cell.report_dir = str(out / "cells" / str(report.get("run_id", "")))
-    build = report.get("build") or {}
-    cell.build_key, cell.cache_hit = build.get("key"), build.get("cache_hit")
+        why = f"the cell's harness timed out after {limit_s:.0f}s"
+    else:
+        why = (stderr.strip().splitlines() or [f"no report (exit {code})"])[-1][:300]
+    row = load_row(folder, code, cell.values, cell.variant, why)
+    if timed_out:  # its partial report, if any, is linked; the row says why it is partial
+        row.kind, row.summary, row.error = Kind.ERROR, why, why
+        row.kinds = {Kind.ERROR: 1}
+    row.wall_s = time.monotonic() - start
+    return row
 
 
-def conclude(knobs: Sequence[Knob], cells: Sequence[Cell]) -> list[str]:
+def conclude(knobs: Sequence[Knob], rows: Sequence[RunRow]) -> list[str]:
     """For each knob: does changing only it (the other knobs held) ever change the verdict?"""
     lines = []
-    ran = [c for c in cells if c.kind not in ("error", "not run")]
+    ran = [r for r in rows if r.kind is not Kind.ERROR]
     for knob in knobs:
         others = [k.label for k in knobs if k is not knob]
-        groups: dict[tuple[str, ...], set[str]] = {}
-        for c in ran:
-            key = tuple(c.values[o] for o in others)
-            groups.setdefault(key, set()).add(c.kind)
+        groups: dict[tuple[str, ...], set[Kind]] = {}
+        for r in ran:
+            key = tuple(r.values[o] for o in others)
+            groups.setdefault(key, set()).add(r.kind)
         changed = [g for g, kinds in groups.items() if len(kinds) > 1]
-        by_value: dict[str, set[str]] = {}
-        for c in ran:
-            by_value.setdefault(c.values[knob.label], set()).add(c.kind)
+        by_value: dict[str, set[Kind]] = {}
+        for r in ran:
+            by_value.setdefault(r.values[knob.label], set()).add(r.kind)
         shown = "; ".join(f"{v} → {'/'.join(sorted(k))}" for v, k in by_value.items())
         if not groups:
             lines.append(f"{knob.label}: not judged (no cell ran)")
@@ -258,48 +258,82 @@ def conclude(knobs: Sequence[Knob], cells: Sequence[Cell]) -> list[str]:
             lines.append(f"{knob.label} changes the outcome ({shown})")
         else:
             lines.append(f"{knob.label} is ruled out: the same verdict for every value ({shown})")
-    errors = sum(c.kind == "error" for c in cells)
+    errors = sum(r.kind is Kind.ERROR for r in rows)
     if errors:
         lines.append(f"{errors} cell(s) could not run: see their summaries")
     return lines
 
 
-def run_sweep(
-    base: RunOptions,
-    knobs: Sequence[Knob],
-    out: Path,
-    jobs: int = 1,
-    on_cell: Callable[[Cell, int], None] | None = None,
-) -> SweepResult:
+def _build_all(
+    base: RunOptions, pin: Pin, specs: Sequence[str], upstream_env: str
+) -> dict[str, str]:
+    """Each variant built once, here, before the cells: the cells' own builds are then
+    cache hits, and a variant that does not build fails its cells without running them."""
+    builds: dict[str, str] = {}
+    for spec in specs:
+        try:
+            res = verify_prepare_build(
+                pin, upstream_env, spec, base.checkout, base.allow_drift, progress=base.progress
+            ).result
+        except HarnessError as exc:
+            builds[spec] = FAILED + exc.message
+            continue
+        state = "cache hit" if res.cache_hit else f"built in {res.duration_s:.1f}s"
+        builds[spec] = f"{state}, key {res.key}" if res.ok else FAILED + res.first_error
+    return builds
+
+
+def run_sweep(base: RunOptions, knobs: Sequence[Knob], out: Path, jobs: int = 1) -> SweepResult:
     """Validate, build each variant once, run every cell (up to `jobs` at a time)."""
     scenario = load_scenario(base.scenario or base.env)
     pin = load_pin(base.pin or default_pin(base.checkout))
     settings = scenario.settings(pin.lineage)
     check_env(pin, settings.upstream_env)
     cells = cells_for(knobs, base)
-    for spec in sorted({c.variant for c in cells}):  # a typo fails now, not after an hour
+    specs = sorted({c.variant for c in cells})
+    for spec in specs:  # a typo fails now, not after an hour
         variants.parse_variant(spec, pin)
-    result = SweepResult(base.env, list(knobs), cells, out)
-    for spec in sorted({c.variant for c in cells}):
-        res = tools.run_tool(_build_argv(base, settings.upstream_env, spec), BUILD_TIMEOUT_S)
-        text = (res.stdout + res.stderr).strip().splitlines()
-        result.builds[spec] = (
-            "built" if res.returncode == 0 else f"failed: {text[-1] if text else ''}"
-        )
-    limit_s = limits_for(base, settings).wall_s + MARGIN_S
+    rows: list[RunRow | None] = [None] * len(cells)
+    result = SweepResult(base.env, list(knobs), [], out)
+    progress = base.progress
+    try:
+        result.builds = _build_all(base, pin, specs, settings.upstream_env)
+        limit_s = limits_for(base, settings).wall_s + MARGIN_S
+        _run_cells(base, cells, rows, out, limit_s, jobs, result.builds)
+    finally:
+        progress.close()
+    result.rows = [r for r in rows if r is not None]
+    result.conclusion = conclude(knobs, result.rows)
+    return result
+
+
+def _run_cells(
+    base: RunOptions,
+    cells: Sequence[Cell],
+    rows: list[RunRow | None],
+    out: Path,
+    limit_s: float,
+    jobs: int,
+    builds: dict[str, str],
+) -> None:
     done = 0
     runner = _Cells()
+    lock = threading.Lock()
 
     def one(cell: Cell) -> None:
         nonlocal done
-        build = result.builds.get(cell.variant, "")
-        if build.startswith("failed"):  # its cells would only rebuild and fail in their limit
-            cell.kind, cell.summary = "error", f"the build of {cell.variant} {build}"
+        build = builds.get(cell.variant, "")
+        if build.startswith(FAILED):  # its cells would only rebuild and fail in their limit
+            why = f"the build of {cell.variant} {build}"
+            row = row_from_error(why, None, cell.values, cell.variant)
         else:
-            _run_cell(base, cell, out, limit_s, runner)
-        done += 1
-        if on_cell is not None:
-            on_cell(cell, done)
+            row = _run_cell(base, cell, out, limit_s, runner)
+        rows[cell.index] = row
+        with lock:
+            done += 1
+            where = f" in {row.location}" if row.location else ""
+            shown = ", ".join(f"{k}={v}" for k, v in cell.values.items())
+            base.progress.phase("cells", f"{done}/{len(cells)} ({shown}) → {row.kind}{where}")
 
     pool = ThreadPoolExecutor(max_workers=jobs) if jobs > 1 else None
     try:
@@ -314,5 +348,3 @@ def run_sweep(
         if pool is not None:  # queued cells never start; running ones were just stopped
             pool.shutdown(wait=False, cancel_futures=True)
         raise
-    result.conclusion = conclude(knobs, cells)
-    return result

@@ -145,11 +145,15 @@ def publish(r: Report, stream: TextIO, environ: Mapping[str, str] | None = None)
 
 
 def publish_table(
-    title: str, headers: Sequence[str], rows: Sequence[Sequence[object]], conclusion: str
-) -> None:
-    """Under GitHub Actions: a multi-run command's verdict table in the step summary."""
-    if not active():
-        return
-    append_summary(
-        "\n".join([f"### {title}", "", conclusion, "", *markdown.table(headers, rows)]) + "\n\n"
-    )
+    title: str,
+    table: Sequence[str],
+    conclusion: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+) -> bool:
+    """Under GitHub Actions: a multi-run command's verdict table (markdown lines, from
+    report.matrix) and its conclusion in the step summary; False when nothing was written."""
+    if not active(environ):
+        return False
+    said = [f"- {c}" for c in conclusion] if len(conclusion) > 1 else list(conclusion)
+    lines = [f"### {title}", "", *said, "", *table]
+    return append_summary("\n".join(lines) + "\n\n", environ)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import fields, is_dataclass
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,8 @@ from urllib.parse import quote
 from harness.report.html_page import code, e, facts, kind_class, page, section, table
 from harness.report.html_stacks import render_stack_tree
 from harness.report.html_timeline import render_timeline
-from harness.report.model import ARTIFACTS, Report
+from harness.report.model import Report
+from harness.report.runs import RunRow
 
 # ---------------------------------------------------------------- the verdict
 
@@ -227,7 +228,7 @@ def output_section(r: Report) -> str:
 
 def files_section(r: Report, page_dir: Path | None = None) -> str:
     """Links to the report folder's files, relative to where the page is written."""
-    names = ["report.json", *ARTIFACTS, *sorted(r.evidence.values())]
+    names = ["report.json", *r.files(), *sorted(r.evidence.values())]
     present = [n for n in dict.fromkeys(names) if (r.directory / n).exists()]
     if not present:
         return '<p class="muted">No other files next to this page.</p>'
@@ -276,86 +277,77 @@ def render_html(report: Report, page_dir: Path | None = None) -> str:
 # ---------------------------------------------------------------- index of several runs
 
 
-@dataclass
-class IndexRow:
-    """One run of a multi-run command: what distinguishes it (variant, commit, cell) and its
-    verdict; `href` is its report.html relative to the index page (None: no report)."""
-
-    kind: str
-    location: str | None = None
-    variant: str | None = None
-    commit: str | None = None
-    cell: str | None = None
-    mechanism: str | None = None
-    summary: str = ""
-    href: str | None = None
+def _href(row: RunRow, index_dir: Path) -> str | None:
+    """The row's report.html as a link from the index page (None: the run left no report)."""
+    if not row.report_dir:
+        return None
+    return relative_link(Path(row.report_dir) / "report.html", index_dir)
 
 
-def index_row(
-    report: Report,
-    index_dir: Path,
-    *,
-    variant: str | None = None,
-    commit: str | None = None,
-    cell: str | None = None,
-) -> IndexRow:
-    """The row for `report`, linked from an index written into `index_dir`."""
-    v = report.verdict
-    href = relative_link(report.directory / "report.html", index_dir)
-    return IndexRow(
-        kind=report.kind,
-        location=v.location if v else None,
-        variant=variant or (report.variant.spec if report.variant else None),
-        commit=commit,
-        cell=cell,
-        mechanism=v.mechanism if v else None,
-        summary=v.summary if v else "",
-        href=href,
-    )
-
-
-def _badge(row: IndexRow) -> str:
+def _badge(row: RunRow, href: str | None) -> str:
     text = escape(row.kind) + (f" · {escape(row.location)}" if row.location else "")
     badge = f'<span class="badge {kind_class(row.kind)}">{text}</span>'
-    return f'<a href="{escape(quote(row.href))}">{badge}</a>' if row.href else badge
+    return f'<a href="{escape(quote(href))}">{badge}</a>' if href else badge
 
 
-def _matrix(rows: Sequence[IndexRow]) -> str:
-    """variant × (commit or cell), when both have more than one value."""
-    variants = list(dict.fromkeys(r.variant for r in rows if r.variant))
-    for dim in ("commit", "cell"):
-        keys = list(dict.fromkeys(getattr(r, dim) for r in rows if getattr(r, dim)))
-        if len(variants) > 1 and len(keys) > 1:
-            cells = {(getattr(r, dim), r.variant): _badge(r) for r in rows}
-            body = (
-                [f"<td class='mono'>{e(k)}</td>"]
-                + [f"<td>{cells.get((k, v), '-')}</td>" for v in variants]
-                for k in keys
-            )
-            return table((dim, *variants), body, "matrix")
-    return ""
+def _pivot(rows: Sequence[RunRow], axes: Sequence[str], hrefs: Sequence[str | None]) -> str:
+    """variant × the other coordinates (a commit, a cell of knob values), when both have
+    more than one value."""
+    others = [a for a in axes if a != "variant"]
+    if "variant" not in axes or not others:
+        return ""
+
+    def key(r: RunRow) -> str:
+        return ", ".join(str(r.coordinate(a) or "-") for a in others)
+
+    variants = list(dict.fromkeys(r.coordinate("variant") or "-" for r in rows))
+    keys = list(dict.fromkeys(key(r) for r in rows))
+    if len(variants) < 2 or len(keys) < 2:
+        return ""
+    cells = {
+        (key(r), r.coordinate("variant") or "-"): _badge(r, h)
+        for r, h in zip(rows, hrefs, strict=True)
+    }
+    body = (
+        [f"<td class='mono'>{e(k)}</td>"] + [f"<td>{cells.get((k, v), '-')}</td>" for v in variants]
+        for k in keys
+    )
+    return table((", ".join(others), *variants), body, "matrix")
 
 
-def render_index(title: str, rows: Sequence[IndexRow]) -> str:
-    """A verdict matrix over several runs, each linked to its report.html."""
-    dims = [d for d in ("variant", "commit", "cell") if any(getattr(r, d) for r in rows)]
+def render_index(
+    title: str,
+    rows: Sequence[RunRow],
+    axes: Sequence[str],
+    index_dir: Path,
+    conclusion: Sequence[str] = (),
+) -> str:
+    """index.html of a multi-run command: the conclusion, a verdict matrix when variants
+    meet another coordinate, and a row per run (its coordinates `axes`, verdict, mechanism,
+    top cause, summary) linked to its report.html, relative to `index_dir`."""
+    hrefs = [_href(r, index_dir) for r in rows]
     body = [f"<h1>{escape(title)}</h1>"]
     kinds: dict[str, int] = {}
     for row in rows:
-        kinds[row.kind] = kinds.get(row.kind, 0) + 1
+        for kind, n in row.kinds.items():
+            kinds[kind] = kinds.get(kind, 0) + n
     summary = ", ".join(f"{n} {k}" for k, n in kinds.items()) or "no runs"
-    body.append(f'<p class="summary">{len(rows)} runs: {escape(summary)}</p>')
-    body.append(_matrix(rows))
+    runs = sum(r.runs for r in rows)
+    body.append(f'<p class="summary">{runs} runs: {escape(summary)}</p>')
+    if conclusion:
+        body.append("<ul>" + "".join(f"<li>{escape(c)}</li>" for c in conclusion) + "</ul>")
+    body.append(_pivot(rows, axes, hrefs))
     cells = (
-        [f"<td class='mono'>{e(getattr(r, d))}</td>" for d in dims]
+        [f"<td class='mono'>{e(r.coordinate(a))}</td>" for a in axes]
         + [
-            f"<td>{_badge(r)}</td>",
+            f"<td>{_badge(r, h)}</td>",
             f"<td>{e(r.mechanism)}</td>",
+            f"<td>{e(r.cause)}</td>",
             f"<td>{e(r.summary)}</td>",
-            f'<td><a href="{escape(quote(r.href))}">report</a></td>' if r.href else "<td>-</td>",
+            f'<td><a href="{escape(quote(h))}">report</a></td>' if h else "<td>-</td>",
         ]
-        for r in rows
+        for r, h in zip(rows, hrefs, strict=True)
     )
-    headers = (*dims, "verdict", "mechanism", "summary", "report")
+    headers = (*axes, "verdict", "mechanism", "cause", "summary", "report")
     body.append(section("runs", "Runs", table(headers, cells, "runs")))
     return page(title, body)

@@ -1,0 +1,144 @@
+"""The one writer of a multi-run table (compare, sweep, bisect): from a list of `RunRow`s, a
+title and the coordinates that vary, the JSON (`<mode>.json`), the Markdown (`<mode>.md`),
+index.html, the GitHub step-summary table and the terminal table.
+
+The columns are data (`Column`): the coordinates first, then `RESULT_COLUMNS`, the same for
+every command. A new column (a hang rate once rows count repeated runs) is one entry there;
+a new multi-run command builds a `Matrix` and calls `write_matrix` and `print_matrix`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from harness import outcome
+from harness.files import atomic_write
+from harness.report import github, markdown
+from harness.report.html import render_index
+from harness.report.runs import RunRow
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    value: Callable[[RunRow], object]
+
+
+def axis(label: str) -> Column:
+    """The column of one coordinate (a variant, a knob, a commit)."""
+    return Column(label, lambda r: r.coordinate(label))
+
+
+RESULT_COLUMNS: tuple[Column, ...] = (
+    Column("verdict", lambda r: r.kind),
+    Column("mechanism", lambda r: r.mechanism),
+    Column("location", lambda r: r.location),
+    Column("cause", lambda r: r.cause),
+    Column("epochs", lambda r: r.epochs),
+    Column("failed checks", lambda r: ", ".join(r.checks_failed)),
+    Column("why", lambda r: r.summary),
+)
+REPORT_COLUMN = Column("report", lambda r: r.report_dir)
+
+
+@dataclass
+class Matrix:
+    """A multi-run command's table: `mode` names its files (compare.json, sweep.md …)."""
+
+    mode: str
+    title: str  # "harness compare breakout"
+    axes: list[str]  # the coordinates that vary, in column order
+    rows: list[RunRow]
+    conclusion: list[str] = field(default_factory=list)  # what the runs say together
+    env: str | None = None
+    # the JSON key of the rows: "variants" (compare.json) and "cells" (sweep.json) as
+    # their readers know them
+    rows_key: str = "rows"
+    extra: dict[str, Any] = field(default_factory=dict)  # the command's own JSON keys
+    # a command with columns of its own (bisect's steps); default: axes, results, report
+    columns: list[Column] | None = None
+
+    def table_columns(self) -> list[Column]:
+        if self.columns is not None:
+            return self.columns
+        return [*map(axis, self.axes), *RESULT_COLUMNS, REPORT_COLUMN]
+
+    def table(self) -> list[str]:
+        """The Markdown table (compare.md, sweep.md, the step summary, bisect's steps)."""
+        cols = self.table_columns()
+        return markdown.table(
+            [c.header for c in cols], ([c.value(r) for c in cols] for r in self.rows)
+        )
+
+    def to_json(self, directory: Path | None = None) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "mode": self.mode,
+            "title": self.title,
+            "env": self.env,
+            "directory": str(directory) if directory is not None else None,
+            "axes": list(self.axes),
+            self.rows_key: [r.to_json() for r in self.rows],
+            "conclusion": list(self.conclusion),
+            **self.extra,
+        }
+
+    def markdown(self) -> str:
+        said = [f"- {c}" for c in self.conclusion]
+        return "\n".join([f"# {self.title}", "", *said, "", *self.table()]) + "\n"
+
+
+def write_index(m: Matrix, out: Path) -> Path:
+    """index.html in `out`, each row linked to its run's report.html."""
+    path = out / "index.html"
+    atomic_write(path, render_index(m.title, m.rows, m.axes, out, m.conclusion))
+    return path
+
+
+def publish(m: Matrix) -> bool:
+    """Under GitHub Actions: the table in the job's step summary."""
+    return github.publish_table(m.title, m.table(), m.conclusion)
+
+
+def write_matrix(m: Matrix, out: Path) -> None:
+    """Every file of a multi-run command in `out`, and the step summary under Actions."""
+    atomic_write(out / f"{m.mode}.json", json.dumps(m.to_json(out), indent=2) + "\n")
+    atomic_write(out / f"{m.mode}.md", m.markdown())
+    write_index(m, out)
+    publish(m)
+
+
+def print_matrix(m: Matrix, out: Path, as_json: bool, stream: TextIO | None = None) -> None:
+    """The command's stdout: the JSON, or the table (verdicts in their colours), the
+    conclusion and the folder."""
+    if as_json:
+        print(json.dumps(m.to_json(out), indent=2), file=stream)
+        return
+    console = Console(file=stream, highlight=False)
+    # the short columns in the table; the long "why" under it, for the runs that did not pass
+    long = (REPORT_COLUMN.header, "why", "mechanism")
+    cols = [c for c in m.table_columns() if c.header not in long]
+    table = Table(*(c.header for c in cols), title=m.title)
+    for row in m.rows:
+        cells = []
+        for c in cols:
+            text = escape(markdown.cell(c.value(row)))
+            cells.append(f"[{outcome.style(row.kind)}]{text}[/]" if c.header == "verdict" else text)
+        table.add_row(*cells)
+    console.print(table)
+    for row in m.rows:
+        if row.kind != outcome.Kind.PASS and row.summary:
+            label = ", ".join(f"{a}={row.coordinate(a)}" for a in m.axes) or row.variant
+            console.print(escape(f"{label}: {row.summary}"), soft_wrap=True)
+    for line in m.conclusion:
+        console.print(escape(line))
+    console.print(escape(f"report: {out}"))
