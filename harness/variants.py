@@ -20,13 +20,14 @@ from harness.config.pin import Pin, pin_dir
 from harness.errors import HarnessError
 from harness.outcome import USAGE
 from harness.process import tools
+from harness.vocab import VariantKind
 
 MARK = "/* [harness omp-free] */ //"
 
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # "omp-free" | "patch" | "ref" | "env"
+    kind: VariantKind
     arg: str = ""
 
     def label(self) -> str:
@@ -53,14 +54,14 @@ def parse_variant(spec: str, pin: Pin, _depth: int = 0) -> list[Step]:
         elif part == "stock":
             continue
         elif part == "omp-free":
-            steps.append(Step("omp-free", "omp-free"))
+            steps.append(Step(VariantKind.OMP_FREE, "omp-free"))
         elif part.startswith("omp-free:"):
-            steps.append(Step("omp-free", part.split(":", 1)[1]))
+            steps.append(Step(VariantKind.OMP_FREE, part.split(":", 1)[1]))
         elif part.startswith(("patch:", "ref:", "env:")):
             kind, arg = part.split(":", 1)
             if not arg:
                 raise HarnessError(f"variant {part!r} needs a value after ':'", USAGE)
-            steps.append(Step(kind, arg))
+            steps.append(Step(VariantKind(kind), arg))
         else:
             aliases = ", ".join(sorted(pin.variants)) or "none"
             raise HarnessError(
@@ -258,17 +259,17 @@ def apply_steps(
     applied = Applied()
     for step in steps:
         applied.steps.append(step.label())
-        if step.kind == "omp-free":
+        if step.kind is VariantKind.OMP_FREE:
             applied.changes += apply_transform(tree, load_transform(step.arg))
-        elif step.kind == "patch":
+        elif step.kind is VariantKind.PATCH:
             applied.changes += apply_patch(tree, resolve_patch_path(step.arg, pin))
-        elif step.kind == "env":
+        elif step.kind is VariantKind.ENV:
             key, sep, value = step.arg.partition("=")
             if not sep or not key:
                 raise HarnessError(f"variant env:{step.arg} expects env:KEY=VALUE", USAGE)
             applied.build_env[key] = value
             applied.changes.append(f"build environment {key}={value}")
-        elif step.kind == "ref":
+        elif step.kind is VariantKind.REF:
             if apply_ref is None:
                 raise HarnessError(
                     f"variant ref:{step.arg} needs a git upstream (pin {pin.name} has none)", USAGE

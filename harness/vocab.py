@@ -24,17 +24,23 @@ class Mechanism(StrEnum):
     STOPPED = "stopped"  # SIGSTOPped / traced
 
 
-class TriggerKind(StrEnum):
-    """What ended the watching (report.trigger.kind)."""
+class Trigger(StrEnum):
+    """What ended the watching (report.json trigger); execute/watchdog.py decides it."""
 
-    STARTUP = "startup"
-    STALL = "stall"
-    WALL = "wall"
+    STARTUP = "startup"  # no first progress within the startup window
+    STALL = "stall"  # progress stopped for longer than the stall window
+    WALL = "wall"  # total wall-clock limit reached
+    # every thread blocked on the tree (no CPU, no output) for the quiescence window
     QUIESCENT = "quiescent"
+    EXIT = "exit"  # the process exited on its own
+    INTERRUPT = "interrupt"  # the harness itself was interrupted
+
+
+TriggerKind = Trigger  # the name the vocabulary used first
 
 
 class StackToolName(StrEnum):
-    """The stack tools (sampling/stacks.py TOOLS): a frame's source, a --native choice."""
+    """The stack tools (sampling/tools.py TOOLS): a frame's source, a --native choice."""
 
     EU_STACK = "eu-stack"
     GDB = "gdb"

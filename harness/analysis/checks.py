@@ -18,12 +18,13 @@ from typing import Any
 
 from harness import dashboard, outcome
 from harness.analysis import endlogs
+from harness.vocab import CheckStatus
 
 
 @dataclass
 class CheckResult:
     name: str
-    status: str  # "pass" | "fail" | "skip"
+    status: CheckStatus
     observed: object = None
     bound: str = ""
     message: str = ""
@@ -101,10 +102,12 @@ def _check_required(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]
         found = obs.keys(pattern)
         name = f"key {pattern} reported"
         if found:
-            out.append(CheckResult(name, "pass", ", ".join(found[:5]), "present"))
+            out.append(CheckResult(name, CheckStatus.PASS, ", ".join(found[:5]), "present"))
         else:
             why = "no dashboard frame was rendered" if obs.frames == 0 else "never in any frame"
-            out.append(CheckResult(name, "fail", "missing", "present", f"{pattern}: {why}"))
+            out.append(
+                CheckResult(name, CheckStatus.FAIL, "missing", "present", f"{pattern}: {why}")
+            )
     return out
 
 
@@ -115,7 +118,7 @@ def _check_range(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
         name = spec.get("name") or f"{key} in {_bound(spec)}"
         matched = obs.keys(key)
         if not matched:
-            status = "skip" if spec.get("optional") else "fail"
+            status = CheckStatus.SKIP if spec.get("optional") else CheckStatus.FAIL
             why = "no dashboard frame was rendered" if obs.frames == 0 else "not reported"
             out.append(CheckResult(name, status, None, _bound(spec), f"{key}: {why}"))
             continue
@@ -130,9 +133,9 @@ def _check_range(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
                     f"{k} = {_fmt(bad[0])} outside {_bound(spec)} "
                     f"({len(bad)} of {len(values)} values)"
                 )
-                out.append(CheckResult(label, "fail", observed, _bound(spec), msg))
+                out.append(CheckResult(label, CheckStatus.FAIL, observed, _bound(spec), msg))
             else:
-                out.append(CheckResult(label, "pass", observed, _bound(spec)))
+                out.append(CheckResult(label, CheckStatus.PASS, observed, _bound(spec)))
     return out
 
 
@@ -142,15 +145,15 @@ def _check_finite(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
         keys = obs.keys(pattern)
         name = spec.get("name") or f"{pattern} finite"
         if not keys:
-            status = "skip" if spec.get("optional") else "fail"
+            status = CheckStatus.SKIP if spec.get("optional") else CheckStatus.FAIL
             out.append(CheckResult(name, status, None, "finite", f"{pattern}: not reported"))
             continue
         bad = [(k, v) for k in keys for v in obs.series[k] if not math.isfinite(v)]
         if bad:
             k, v = bad[0]
-            out.append(CheckResult(name, "fail", f"{k} = {v}", "finite", f"{k} is {v}"))
+            out.append(CheckResult(name, CheckStatus.FAIL, f"{k} = {v}", "finite", f"{k} is {v}"))
         else:
-            out.append(CheckResult(name, "pass", f"{len(keys)} keys", "finite"))
+            out.append(CheckResult(name, CheckStatus.PASS, f"{len(keys)} keys", "finite"))
     return out
 
 
@@ -158,10 +161,10 @@ def _check_config(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
     section, key = spec["section"], spec["key"]
     name = spec.get("name") or f"config [{section}] {key} in {_bound(spec)}"
     if not obs.config:
-        return [CheckResult(name, "skip", None, _bound(spec), "no config available")]
+        return [CheckResult(name, CheckStatus.SKIP, None, _bound(spec), "no config available")]
     raw = obs.config.get(section, {}).get(key)
     if raw is None:
-        status = "skip" if spec.get("optional") else "fail"
+        status = CheckStatus.SKIP if spec.get("optional") else CheckStatus.FAIL
         return [
             CheckResult(
                 name, status, None, _bound(spec), f"[{section}] {key} not in the resolved config"
@@ -172,12 +175,20 @@ def _check_config(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
     except ValueError:
         return [
             CheckResult(
-                name, "fail", raw, _bound(spec), f"[{section}] {key} = {raw!r} is not a number"
+                name,
+                CheckStatus.FAIL,
+                raw,
+                _bound(spec),
+                f"[{section}] {key} = {raw!r} is not a number",
             )
         ]
     ok = _within(value, spec)
     msg = "" if ok else f"[{section}] {key} = {_fmt(value)} outside {_bound(spec)}"
-    return [CheckResult(name, "pass" if ok else "fail", _fmt(value), _bound(spec), msg)]
+    return [
+        CheckResult(
+            name, CheckStatus.PASS if ok else CheckStatus.FAIL, _fmt(value), _bound(spec), msg
+        )
+    ]
 
 
 def _check_steps(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
@@ -185,7 +196,7 @@ def _check_steps(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
     fraction = float(spec.get("fraction", 1.0))
     name = spec.get("name") or f"{key} reached the requested steps"
     if obs.requested_steps is None:
-        return [CheckResult(name, "skip", None, "", "no step count was requested")]
+        return [CheckResult(name, CheckStatus.SKIP, None, "", "no step count was requested")]
     need = obs.requested_steps * fraction
     per_epoch = epoch_size(spec.get("per_epoch", ()), obs.config)
     if per_epoch:  # trainers run whole epochs: requested // epoch_size of them
@@ -195,13 +206,13 @@ def _check_steps(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
     )
     values = obs.series.get(key)
     if not values:
-        return [CheckResult(name, "fail", None, bound, f"{key} never reported")]
+        return [CheckResult(name, CheckStatus.FAIL, None, bound, f"{key} never reported")]
     got = max(values)
     ok = got >= need
     return [
         CheckResult(
             name,
-            "pass" if ok else "fail",
+            CheckStatus.PASS if ok else CheckStatus.FAIL,
             _fmt(got),
             bound,
             "" if ok else f"{key} reached {_fmt(got)} of {_fmt(need)} requested",
@@ -296,7 +307,7 @@ def run_checks(inputs: CheckInputs) -> tuple[list[CheckResult], str]:
 def apply_to_verdict(verdict: Any, results: Sequence[CheckResult]) -> None:
     """A run that passed but failed a check becomes check-failed (exit 1); other verdicts
     (hang, crash, …) stay what they are: their checks are context, not the cause."""
-    failed = [r for r in results if r.status == "fail"]
+    failed = [r for r in results if r.status is CheckStatus.FAIL]
     if verdict.kind != "pass" or not failed:
         return
     verdict.become(outcome.Kind.CHECK_FAILED)

@@ -20,6 +20,7 @@ from harness.config.pin import Pin
 from harness.errors import HarnessError
 from harness.outcome import BUILD_FAILED, USAGE
 from harness.process import tools
+from harness.vocab import CheckStatus
 
 COMPILE_TIMEOUT_S = 120.0
 RUN_TIMEOUT_S = 300.0
@@ -86,7 +87,7 @@ def _range_check(name: str, value: float, lo: float | None, hi: float | None) ->
     bound = f"[{'-inf' if lo is None else f'{lo:g}'}, {'inf' if hi is None else f'{hi:g}'}]"
     ok = (lo is None or value >= lo) and (hi is None or value <= hi)
     msg = "" if ok else f"{name} = {value:g} outside {bound}"
-    return CheckResult(name, "pass" if ok else "fail", f"{value:g}", bound, msg)
+    return CheckResult(name, CheckStatus.PASS if ok else CheckStatus.FAIL, f"{value:g}", bound, msg)
 
 
 def evaluate(data: dict[str, Any], bounds: dict[str, Any]) -> list[CheckResult]:
@@ -117,7 +118,7 @@ def evaluate(data: dict[str, Any], bounds: dict[str, Any]) -> list[CheckResult]:
         out.append(
             CheckResult(
                 f"probe raw reward exceeds {above:g} (the clamp matters)",
-                "pass" if ok else "fail",
+                CheckStatus.PASS if ok else CheckStatus.FAIL,
                 f"{data['raw_max']:g}",
                 f"> {above:g}",
                 "" if ok else f"no raw reward above {above:g} in {data['samples']} steps",
@@ -130,7 +131,7 @@ def evaluate(data: dict[str, Any], bounds: dict[str, Any]) -> list[CheckResult]:
             out.append(
                 CheckResult(
                     f"probe log {key}",
-                    "fail",
+                    CheckStatus.FAIL,
                     None,
                     f"[{lo}, {hi}]",
                     f"the env's Log has no field {key}",
@@ -140,7 +141,7 @@ def evaluate(data: dict[str, Any], bounds: dict[str, Any]) -> list[CheckResult]:
         out.append(
             CheckResult(
                 "probe episodes finished",
-                "fail",
+                CheckStatus.FAIL,
                 0,
                 ">= 1",
                 "no episode finished: increase --steps",

@@ -8,10 +8,9 @@ import contextlib
 import errno
 import os
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -70,6 +69,9 @@ class RunOutcome:
     # output the parser skipped to keep up with a flood, and frames beyond the kept ones
     unparsed_lines: int = 0
     frames_total: int = 0
+    # degradations of the run itself, one line each, for the report (the execution layer
+    # never prints: the report and the summary say it)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def signal(self) -> int | None:
@@ -304,8 +306,6 @@ def run_watched(
     for t in pump.take_progress():
         dog.progress(t)
     end = time.monotonic()
-    if pump.error:
-        print(f"harness: warning: {pump.error}", file=sys.stderr)
     return RunOutcome(
         trigger=trigger,
         reason=reason,
@@ -325,6 +325,7 @@ def run_watched(
         cleanup=cleanup,
         unparsed_lines=pump.unparsed_lines,
         frames_total=pump.frames_total,
+        notes=[f"output: {pump.error}"] if pump.error else [],
     )
 
 
@@ -334,14 +335,3 @@ def command_env(
     env = dict(os.environ if base is None else base)
     env.update(overrides)
     return env
-
-
-def split_assignments(items: Sequence[str], what: str) -> dict[str, str]:
-    """Parse repeated KEY=VALUE options; a malformed one is a usage error."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise HarnessError(f"{what} expects KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out

@@ -9,18 +9,10 @@ whether a limit has been crossed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
+from harness.vocab import Trigger
 
-class Trigger(StrEnum):
-    STARTUP = "startup"  # no first progress within the startup window
-    STALL = "stall"  # progress stopped for longer than the stall window
-    WALL = "wall"  # total wall-clock limit reached
-    # every thread blocked on the tree (no CPU, no output) for the quiescence window
-    QUIESCENT = "quiescent"
-    EXIT = "exit"  # the process exited on its own
-    INTERRUPT = "interrupt"  # the harness itself was interrupted
-
+__all__ = ["DEFAULT_QUIESCENT_S", "Limits", "Trigger", "Watchdog"]
 
 # Long enough that a healthy tree is never caught between two wake-ups (the rule already
 # excludes every timed or outside wait), short enough to beat any startup window.

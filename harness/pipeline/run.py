@@ -15,7 +15,7 @@ from pathlib import Path
 from harness import dashboard
 from harness.analysis import checks as checksmod
 from harness.analysis import classify, endlogs
-from harness.analysis.causes import load_rules
+from harness.analysis.causes import checked_rules
 from harness.config.defaults import default_pin
 from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import RunSettings, Scenario, load_scenario
@@ -74,6 +74,7 @@ def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: Signatures
         unparsed_lines=outcome.unparsed_lines,
         frames_total=outcome.frames_total,
     )
+    report.notes += outcome.notes
     if outcome.unparsed_lines:
         report.notes.append(
             f"{outcome.unparsed_lines} output lines not parsed (the output outran the parser; "
@@ -100,10 +101,7 @@ def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: Signatures
         report.verdict.become(Kind.INTERRUPTED, signum=outcome.interrupt_signal)
 
 
-def _ticker(progress: LiveProgress | None) -> Callable[[runner.Tick], None] | None:
-    if progress is None:
-        return None
-
+def _ticker(progress: LiveProgress) -> Callable[[runner.Tick], None]:
     def tick(t: runner.Tick) -> None:
         progress.update(t.elapsed_s, t.window, t.remaining_s, t.metrics, t.cpu_percent, t.phase)
 
@@ -119,7 +117,7 @@ def run_env(opts: RunOptions) -> tuple[Report, int]:
     pin = load_pin(opts.pin or default_pin(opts.checkout))
     settings = scenario.settings(pin.lineage)
     check_env(pin, settings.upstream_env)
-    load_rules(pin.raw.get("causes", []))  # a pin's bad [[causes]] fails now, not after the run
+    checked_rules(pin.causes)  # a pin's bad [[causes]] fails now, not after the run
     if opts.steps is not None:
         check_whole_epochs(opts, scenario, pin, settings, opts.steps)
     run_id = store.new_run_id(f"{scenario.env}-{opts.variant}")
@@ -144,8 +142,7 @@ def run_env(opts: RunOptions) -> tuple[Report, int]:
         with finishing(report):
             return _run_env_stages(opts, scenario, pin, settings, report)
     finally:
-        if opts.progress is not None:  # the summary replaces the live line
-            opts.progress.close()
+        opts.progress.close()  # the summary replaces the live line
 
 
 @contextlib.contextmanager
@@ -217,8 +214,7 @@ def _run_env_stages(
     sampling = opts.sampling
     if not sampling.own_roots:
         sampling = runner.SampleOptions(**{**vars(sampling), "own_roots": (str(built.tree),)})
-    if opts.progress is not None:
-        opts.progress.phase("run")
+    opts.progress.phase("run")
     outcome = runner.run_watched(
         spec,
         limits_for(opts, settings),
@@ -239,8 +235,7 @@ def _run_env_stages(
         # a hang, crash or error exit is the finding; its checks would only repeat it
         report.notes.append(f"checks not evaluated: the run ended in {verdict.kind}")
     elif interrupted is None:
-        if opts.progress is not None:
-            opts.progress.phase("checks")
+        opts.progress.phase("checks")
         # read from the report's own copies (evidence/): `harness check` on this report,
         # here or on another machine, reads the same files and gets the same results
         report.checks, config_source = checksmod.run_checks(
@@ -289,8 +284,7 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
         parser=opts.parser,
         log_path=report.artifact("output.log"),
     )
-    if opts.progress is not None:
-        opts.progress.phase("run")
+    opts.progress.phase("run")
     try:
         # everything after the launch too: a failure while diagnosing or writing still
         # leaves a finished report, never one stuck at "running"
@@ -307,8 +301,7 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
             interrupted = _interrupted_code(outcome)
             store.finish(report, "interrupted" if interrupted else "complete")
     finally:
-        if opts.progress is not None:
-            opts.progress.close()
+        opts.progress.close()
     verdict = report.verdict
     assert verdict is not None
     return report, interrupted if interrupted is not None else verdict.exit_code

@@ -22,6 +22,7 @@ from harness.report.live import LiveProgress
 from harness.report.model import Report
 from harness.source import source_for, verify_source
 from harness.source.verify import Verification
+from harness.vocab import SourceStatus
 
 
 def prepare_tree(
@@ -71,13 +72,15 @@ def verify_prepare_build(
     """pin → verify → prepare the variant's tree → build (cached). With `commit` (bisect),
     the tree is that commit's, identified by its hash: the pin's file hashes describe one
     commit only and are not checked."""
-    if progress is not None:
-        progress.phase("verify")
+    progress = progress or LiveProgress.off()
+    progress.phase("verify")
     if commit is not None:
         from harness.source.git import locate_checkout
 
         root = locate_checkout(pin, checkout)
-        verification = Verification("unchecked", f"git {root} at {commit}", commit_actual=commit)
+        verification = Verification(
+            SourceStatus.UNCHECKED, f"git {root} at {commit}", commit_actual=commit
+        )
         verification.notes.append("bisect step: the source is identified by its commit hash")
     else:
         verification, root = verify_source(pin, checkout)
@@ -91,16 +94,14 @@ def verify_prepare_build(
         )
     if report is not None:
         store.save(report, "prepare")
-    if progress is not None:
-        progress.phase("prepare", variant)
+    progress.phase("prepare", variant)
     prepared, applied = prepare_tree(pin, root, variant, commit)
     if report is not None:
         if report.variant is not None:
             report.variant.steps = list(applied.steps)
             report.variant.changes = list(applied.changes)
         store.save(report, "build")
-    if progress is not None:
-        progress.phase("build", f"{pin.name} {env}")
+    progress.phase("build", f"{pin.name} {env}")
     result = buildmod.build(prepared, pin, env, applied.build_env)
     return Built(verification, applied, result)
 

@@ -35,8 +35,9 @@ from pathlib import Path, PurePosixPath
 
 from harness.source import gitrepo
 from harness.source.gitrepo import HISTORY_TIMEOUT_S, CommitInfo
+from harness.vocab import BlameHow
 
-BLAME, LOG_S = "blame", "log -S"
+BLAME, LOG_S = BlameHow.BLAME, BlameHow.LOG_S
 _OMP = re.compile(r"^\s*#\s*pragma\s+omp\b")
 _DEFINITION = re.compile(r"^[A-Za-z_][\w\s\*,]*?\b([A-Za-z_]\w*)\s*\(")  # at column 0
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@ ?(.*)$")
@@ -53,7 +54,7 @@ class LineCommit:
     date: str  # author date, strict ISO 8601
     file: str  # relative to the checkout root
     line: int  # 1-based, in the file at the revision read
-    how_found: str  # "blame" | "log -S"
+    how_found: BlameHow
 
     @property
     def short(self) -> str:
@@ -76,7 +77,7 @@ class HangBlame:
     reason: str = ""  # why a commit is None ("" when nothing is missing), one line
 
 
-def _commit(info: CommitInfo, file: str, line: int, how: str) -> LineCommit:
+def _commit(info: CommitInfo, file: str, line: int, how: BlameHow) -> LineCommit:
     return LineCommit(info.sha, info.subject, info.author, info.date, file, line, how)
 
 

@@ -38,6 +38,7 @@ from harness.source.gitrepo import (
     open_repo,
 )
 from harness.source.verify import Verification, check_files, sha256_file, summarize
+from harness.vocab import SourceStatus
 
 NETWORK_TIMEOUT_S = 600.0
 
@@ -73,7 +74,7 @@ def verify_git(pin: Pin, root: Path) -> Verification:
     actual = head_commit(root)
     expected = pin.source.commit
     v = Verification(
-        "unchecked",
+        SourceStatus.UNCHECKED,
         f"git {root}",
         commit_expected=expected,
         commit_actual=actual,
@@ -89,7 +90,7 @@ def verify_git(pin: Pin, root: Path) -> Verification:
         v.notes.append(f"HEAD is {actual}, the pin says {expected}")
     result = summarize(v)
     if expected.startswith(UNVERIFIED) and not commit_matches(expected, actual):
-        result.status = "drift"
+        result.status = SourceStatus.DRIFT
     return result
 
 

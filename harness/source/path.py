@@ -10,10 +10,11 @@ from harness.config.pin import Pin
 from harness.errors import HarnessError
 from harness.outcome import USAGE
 from harness.source.verify import Verification, check_files, summarize
+from harness.vocab import SourceStatus
 
 
 def verify_path_source(pin: Pin, root: Path) -> Verification:
-    v = Verification("unchecked", f"path {root}", files=check_files(pin, root))
+    v = Verification(SourceStatus.UNCHECKED, f"path {root}", files=check_files(pin, root))
     if not pin.files:
         v.unverified.append("files (the pin lists none)")
     return summarize(v)

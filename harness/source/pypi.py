@@ -16,6 +16,7 @@ from harness.config.pin import Pin
 from harness.errors import HarnessError
 from harness.outcome import USAGE
 from harness.source.verify import Verification, sha256_file
+from harness.vocab import SourceStatus
 
 INDEX_URL = "https://pypi.org/simple/{package}/"
 NETWORK_TIMEOUT_S = 60.0
@@ -79,15 +80,17 @@ def verify_sdist(pin: Pin) -> tuple[Verification, Path]:
     """Fetch and hash-check the sdist. A mismatch is drift; an unpinned hash is unverified."""
     path = fetch_sdist(pin)
     actual = sha256_file(path)
-    v = Verification("unchecked", f"PyPI {pin.source.package}=={pin.source.version} ({path})")
+    v = Verification(
+        SourceStatus.UNCHECKED, f"PyPI {pin.source.package}=={pin.source.version} ({path})"
+    )
     v.commit_expected, v.commit_actual = pin.source.sha256, actual
     if not pin.source.sha256:
-        v.status = "unverified"
+        v.status = SourceStatus.UNVERIFIED
         v.unverified.append("sha256 (the pin has none)")
     elif actual == pin.source.sha256:
-        v.status = "verified"
+        v.status = SourceStatus.VERIFIED
     else:
-        v.status = "drift"  # kept: --allow-drift may still use it; deleting re-downloads
+        v.status = SourceStatus.DRIFT  # kept: --allow-drift may still use it; deleting re-downloads
         v.notes.append(
             f"sha256 of {pin.source.filename} is {actual}, the pin says {pin.source.sha256} "
             f"(delete {path} to download it again)"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 # the module, not its names: harness.config.pin may come to import this module itself, and
 # UNVERIFIED is only read when a check runs, long after both modules have loaded
 from harness.config import pin as pinmod
+from harness.vocab import FileStatus, SourceStatus
 
 if TYPE_CHECKING:
     from harness.config.pin import Pin
@@ -30,14 +31,14 @@ class FileCheck:
     path: str
     expected: str
     actual: str | None  # None when the file is missing
-    status: str  # "match" | "differs" | "missing" | "unverified"
+    status: FileStatus
 
 
 @dataclass
 class Verification:
     """What was checked about the source before trusting a result."""
 
-    status: str  # "verified" | "drift" | "unverified" | "unchecked"
+    status: SourceStatus
     source: str
     commit_expected: str = ""
     commit_actual: str = ""
@@ -48,10 +49,10 @@ class Verification:
 
     @property
     def drifted(self) -> list[FileCheck]:
-        return [f for f in self.files if f.status in ("differs", "missing")]
+        return [f for f in self.files if f.status in (FileStatus.DIFFERS, FileStatus.MISSING)]
 
     def describe(self) -> str:
-        parts = [self.status]
+        parts: list[str] = [self.status]
         if self.drifted:
             parts.append("drift in " + ", ".join(f.path for f in self.drifted))
         if self.dirty:
@@ -73,11 +74,11 @@ def check_files(pin: Pin, root: Path) -> list[FileCheck]:
         path = root / rel
         actual = sha256_file(path) if path.is_file() else None
         if expected.startswith(pinmod.UNVERIFIED):
-            status = "unverified"
+            status = FileStatus.UNVERIFIED
         elif actual is None:
-            status = "missing"
+            status = FileStatus.MISSING
         else:
-            status = "match" if actual == expected else "differs"
+            status = FileStatus.MATCH if actual == expected else FileStatus.DIFFERS
         checks.append(FileCheck(rel, expected, actual, status))
     return checks
 
@@ -94,11 +95,11 @@ def summarize(v: Verification) -> Verification:
             and not v.commit_expected.startswith(pinmod.UNVERIFIED)
         )
     ):
-        v.status = "drift"
-    elif v.unverified or any(f.status == "unverified" for f in v.files):
-        v.status = "unverified"
+        v.status = SourceStatus.DRIFT
+    elif v.unverified or any(f.status is FileStatus.UNVERIFIED for f in v.files):
+        v.status = SourceStatus.UNVERIFIED
     else:
-        v.status = "verified"
+        v.status = SourceStatus.VERIFIED
     return v
 
 
