@@ -44,7 +44,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # torch's CPU wheel (on the local index): the doctor's GPU checks are tested on their skip
   # path here; a bare `torch` would pull the multi-GB CUDA build
   if ! .venv/bin/python -m pip install -q 'torch==2.13.0' >>.venv/pip-install.log 2>&1; then
-    echo "setup: torch 2.13.0 (CPU) not installed: the doctor's torch tests will skip" >&2
+    echo "setup: torch 2.13.0 (CPU) not installed: the doctor's torch tests will skip (and fail under CI)" >&2
   fi
   touch "$stamp"
 fi

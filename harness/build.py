@@ -4,6 +4,13 @@ The cache key is sha256 over (the prepared tree's content — so the variant's c
 in it —, the env, the build command and environment, the toolchain versions). A hit costs a
 tree hash; a miss runs the build in the cache folder, keeps its log, and marks the build
 complete only at the end so an interrupted build is never mistaken for a good one.
+
+Concurrent harnesses (parallel test workers, a sweep next to a bisect) share the cache: one
+build of a key at a time, under an exclusive flock on `<key folder>.lock` held from the
+check for a finished build to the marker that declares one. The second process waits, then
+finds the marker and reuses the build; a process that dies mid-build drops its lock (the
+kernel releases a dead process's flocks) and leaves no marker, so the next one rebuilds.
+The marker is written atomically: a reader never sees half of one.
 """
 
 from __future__ import annotations
@@ -24,11 +31,12 @@ from pathlib import Path
 
 from harness.config.pin import Pin
 from harness.errors import HarnessError
+from harness.files import atomic_write
 from harness.outcome import BUILD_FAILED
 from harness.process import tools
 
 MARKER = ".harness-build.json"
-IGNORED_NAMES = {".git", "logs", "checkpoints", "__pycache__", MARKER, ".harness-lock"}
+IGNORED_NAMES = {".git", "logs", "checkpoints", "__pycache__", MARKER}
 
 GENERIC_HINTS: tuple[tuple[str, str], ...] = (
     (r"ccache: (command )?not found", "install ccache (the upstream build.sh requires it)"),
@@ -155,8 +163,10 @@ def _hint(log: str, pin: Pin) -> str:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
+    """An exclusive flock on `path` (created, never removed: removing a lock file another
+    process holds open would let a third lock a new file of the same name)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
+    with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -241,7 +251,8 @@ def build(prepared: Path, pin: Pin, env: str, extra_env: Mapping[str, str]) -> B
         elif missing_out:
             first = f"build succeeded but produced no {', '.join(missing_out)}"
         if ok:
-            marker.write_text(
+            atomic_write(
+                marker,
                 json.dumps(
                     {
                         "key": key,
@@ -250,7 +261,7 @@ def build(prepared: Path, pin: Pin, env: str, extra_env: Mapping[str, str]) -> B
                         "command": command,
                         "toolchain": toolchain,
                     }
-                )
+                ),
             )
         return BuildResult(
             ok,

@@ -1,5 +1,9 @@
 """Shared fixtures: the test programs, built once per session, and processes that are
-always killed (whole process group) when a test ends, however it ends."""
+always killed (whole process group) when a test ends, however it ends.
+
+Also the suite's rules: a test that needs a tool setup.sh installs skips locally but fails
+under CI when the tool is missing (`needs_tool` marker, `facts.require_tool`), and the
+suite runs on two xdist workers (pyproject's addopts), longest modules first."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
+import psutil
 import pytest
 
 from tests import facts
@@ -34,6 +39,60 @@ def _load_build() -> ModuleType:
 _build = _load_build()
 
 
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    # pyproject's addopts name xdist's options (-n 2 --dist loadfile --no-loadscope-reorder);
+    # with xdist disabled (`-p no:xdist`) or not installed they are accepted and ignored, so
+    # the suite runs serially
+    if pluginmanager.has_plugin("xdist"):
+        return
+    group = parser.getgroup("xdist", "xdist absent: its options are accepted, ignored")
+    group._addoption("-n", "--numprocesses", dest="numprocesses", default=None)
+    group.addoption("--dist", dest="dist", default="no")
+    group.addoption("--no-loadscope-reorder", dest="loadscopereorder", action="store_false")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """`@pytest.mark.needs_tool("gdb", why="...")`: skip locally, fail under CI, when missing."""
+    for mark in item.iter_markers("needs_tool"):
+        facts.require_tool(*mark.args, **mark.kwargs)
+
+
+# how long a module takes, roughly, from its markers: an upstream trainer we build and run
+# (minutes), a slow test (seconds to a minute), any other (a fraction of a second)
+_WEIGHT = {"real": 100, "slow": 10}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest modules first, so that on two workers (`--dist loadfile`: a module stays on
+    one worker, sharing its module-scoped build cache) the last module to start is short.
+    The order is the same on every worker (xdist requires it): a stable sort."""
+
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    weight: dict[str, int] = {}
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        w = max((v for k, v in _WEIGHT.items() if k in marks), default=1)
+        weight[module(item)] = weight.get(module(item), 0) + w
+    items.sort(key=lambda item: -weight[module(item)])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _reap_adopted_orphans() -> Iterator[None]:
+    """Reap, after each module, the dead processes this test process adopted. A test that
+    runs the runner in-process makes this process a subreaper (proctree) for the rest of
+    the session, so orphans of later tests (Chromium's crashpad handler, a tool's helper)
+    become our zombie children; without this they would show up in a later module's
+    "nothing left behind" checks (test_doctor*) as that module's leak. A module's own
+    checks run before its teardown, so its own leaks are still caught."""
+    yield
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error, ChildProcessError):
+            if child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, os.WNOHANG)
+
+
 @pytest.fixture(scope="session")
 def programs_dir() -> Path:
     return PROGRAMS
@@ -41,8 +100,13 @@ def programs_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def c_program(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """`c_program("mutex_deadlock")` → path of the compiled binary (cached per session)."""
-    out_dir = tmp_path_factory.mktemp("programs")
+    """`c_program("mutex_deadlock")` → path of the compiled binary (cached per session).
+
+    The xdist workers of one session share the folder (their base temps are siblings):
+    build.py compiles to a temporary name and renames it into place, so two workers that
+    build the same program at once never run a half-written binary."""
+    base = tmp_path_factory.getbasetemp()
+    out_dir = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "programs"
     built: dict[str, Path] = {}
 
     def build(name: str) -> Path:
@@ -134,9 +198,18 @@ def cache_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def libgomp_fork_hazard() -> str:
     """The stock replica hangs for real through the libgomp fork hazard (an OpenMP team in
     the parent, then fork()); LLVM's libomp resets itself after fork, so there the stock
-    replica does not hang. Skips unless the doctor's runtime detection says libgomp."""
+    replica does not hang. Skips when the doctor's runtime detection says another runtime
+    (a fact of the platform); when the probe cannot tell (no gcc -fopenmp, no ldd answer)
+    that is a missing tool: a skip locally, a failure under CI."""
     runtime = facts.openmp_runtime()
-    if not facts.is_libgomp(runtime):
+    libgomp = facts.is_libgomp(runtime)
+    if libgomp is None:
+        facts.missing(
+            f"an answer from the OpenMP runtime probe ({runtime})",
+            "the stock replica hangs through libgomp's fork hazard; setup.sh installs gcc and "
+            "libgomp1",
+        )
+    if not libgomp:
         found = facts.runtime_file(runtime)
         pytest.skip(
             f"needs GNU libgomp's fork hazard; gcc -fopenmp here gets {runtime}"

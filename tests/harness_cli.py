@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,15 @@ class HarnessResult:
     report_dir: Path | None
 
     @property
-    def report(self) -> dict[str, Any]:
+    def folder(self) -> Path:
+        """The run's report folder (the one folder under report_root); fails without one."""
         assert self.report_dir is not None, f"no report: {self.stderr}"
-        return json.loads((self.report_dir / "report.json").read_text())
+        return self.report_dir
+
+    @property
+    def report(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.folder / "report.json").read_text())
+        return data
 
 
 def only_report_dir(parent: Path) -> Path | None:
@@ -37,14 +44,65 @@ def only_report_dir(parent: Path) -> Path | None:
     return dirs[0] if len(dirs) == 1 else None
 
 
+def trainer_of(harness_pid: int, report_root: Path) -> psutil.Process | None:
+    """The command a running harness watches, once it runs: its report.json says status
+    `running` at stage `run` (the command is recorded just before the launch), and a
+    process of the harness's tree has exec'd that command (the report records no pid)."""
+    folder = only_report_dir(report_root)
+    if folder is None:
+        return None
+    try:
+        data = json.loads((folder / "report.json").read_text())
+    except (OSError, ValueError):  # not written yet (writes are atomic: never half a file)
+        return None
+    argv = (data.get("command") or {}).get("argv")
+    if (data.get("status"), data.get("stage")) != ("running", "run") or not argv:
+        return None
+    with contextlib.suppress(psutil.Error):
+        for p in psutil.Process(harness_pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if p.cmdline() == argv and p.status() != psutil.STATUS_ZOMBIE:
+                    return p
+    return None
+
+
+def wait_for_trainer(
+    proc: subprocess.Popen[bytes],
+    report_root: Path,
+    timeout: float,
+    ready: Callable[[psutil.Process], bool] | None = None,
+) -> psutil.Process:
+    """The running trainer of the harness `proc`, once `ready(trainer)` says so, if given
+    (e.g. it has forked its worker); fails when the harness exits first or at the deadline."""
+    deadline = time.monotonic() + timeout
+
+    def found_ready() -> psutil.Process | None:
+        found = trainer_of(proc.pid, report_root)
+        with contextlib.suppress(psutil.Error):
+            if found is not None and (ready is None or ready(found)):
+                return found
+        return None
+
+    while (found := found_ready()) is None:
+        if proc.poll() is not None:
+            raise AssertionError(f"the harness exited {proc.returncode} before its run started")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the harness's run did not start within {timeout:g}s")
+        time.sleep(0.05)
+    return found
+
+
 def harness(
     *args: str,
     report_root: Path,
     timeout: float = 120,
     env: dict[str, str] | None = None,
-    interrupt_after: float | None = None,
-    interrupt_signal: int = signal.SIGINT,
+    interrupt: int | None = None,
+    interrupt_when: Callable[[psutil.Process], bool] | None = None,
 ) -> HarnessResult:
+    """`harness ARGS` to its end; with `interrupt` (a signal), that signal is sent to the
+    harness once its run has started (report.json at stage `run`, the trainer running) and
+    `interrupt_when(trainer)` holds, if given."""
     full_env = {**os.environ, **(env or {})}
     argv = [sys.executable, "-m", "harness", *args]
     if args and args[0] in ("run", "watch", "compare", "bisect") and "--report-dir" not in args:
@@ -60,9 +118,9 @@ def harness(
         start_new_session=True,
     )
     try:
-        if interrupt_after is not None:
-            time.sleep(interrupt_after)
-            proc.send_signal(interrupt_signal)
+        if interrupt is not None:
+            wait_for_trainer(proc, report_root, timeout, interrupt_when)
+            proc.send_signal(interrupt)
         out, err = proc.communicate(timeout=timeout)
     finally:
         with contextlib.suppress(ProcessLookupError):

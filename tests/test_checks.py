@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ def test_range_reports_the_value_and_the_bound() -> None:
 
 def test_required_globs_finite_and_pins_filter() -> None:
     obs = checks.observe([frame(**{"loss/policy": 0.1, "loss/value": math.nan})])
-    specs = [
+    specs: list[dict[str, Any]] = [
         {"kind": "required", "keys": ["loss/*", "env/*"]},
         {"kind": "finite", "keys": ["loss/*"]},
         {"kind": "range", "key": "SPS", "min": 1, "pins": ["other"]},

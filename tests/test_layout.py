@@ -40,8 +40,8 @@ def test_readme_exit_codes_match_the_registry() -> None:
         outcome.BISECT_ABORT,
         outcome.USAGE,
     }
-    for code in others:
-        assert str(code) in by_code, f"README has no exit code {code}"
+    for other in others:
+        assert str(other) in by_code, f"README has no exit code {other}"
     registered = {str(o.exit_code) for o in outcome.OUTCOMES.values()} | {str(c) for c in others}
     registered.add("128+N")
     assert set(by_code) <= registered, (

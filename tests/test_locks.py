@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness.sampling import locks
+from harness.sampling import locks, procfs
 from harness.sampling.locks import (
     MUTEX,
     NOT_A_MUTEX,
@@ -30,6 +29,7 @@ from harness.sampling.locks import (
     format_cycle,
     lock_graph,
 )
+from tests import facts
 
 if TYPE_CHECKING:
     from tests.conftest import Spawned
@@ -153,7 +153,9 @@ def test_three_thread_cycle(
     parked = [w for w in graph.waits if w.pi_parked]
     assert len(parked) == (1 if kind == "pi" else 0), graph.waits
     if kind != "normal":  # the owner is in the futex word itself
-        assert all("the futex word" in w.how for w in graph.waits if w.owner), graph.waits
+        owned = [w for w in graph.waits if w.owner]
+        assert len(owned) >= 2, graph.waits  # the cycle's waits, but a refused PI one
+        assert all("the futex word" in w.how for w in owned), graph.waits
 
 
 def test_three_thread_pi_cycle(spawn: Spawn, c_program: Callable[[str], Path]) -> None:
@@ -171,8 +173,9 @@ def test_three_thread_pi_cycle(spawn: Spawn, c_program: Callable[[str], Path]) -
     assert parked and all("EDEADLK" in w.how and w.owner is None for w in parked), graph.waits
     [cycle] = graph.cycles
     assert {s.tid for s in cycle} >= {w.tid for w in parked}
-    assert all(s.name in names for s in cycle) and len(cycle) >= 2
+    assert len(cycle) >= 2 and all(s.name in names for s in cycle)
     owned = [w for w in graph.waits if w.owner is not None]
+    assert owned, graph.waits  # the waits that are not parked name their owner
     assert all(w.what == PI_MUTEX and "the futex word" in w.how for w in owned), graph.waits
 
 
@@ -235,15 +238,13 @@ def test_mutex_held_by_a_sleeping_thread_is_a_wait_without_cycle(
 
 
 def test_openmp_team_waiting_at_a_barrier_is_not_a_mutex(spawn: Spawn, tmp_path: Path) -> None:
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        pytest.skip("no gcc")
+    gcc = facts.require_tool("gcc", why="builds the OpenMP program with -fopenmp")
     src = Path(__file__).parent / "programs" / "omp_stalled_team.c"
     binary = tmp_path / "omp_stalled_team"
     argv = [gcc, "-g", "-O0", "-fopenmp", "-pthread", "-o", str(binary), str(src)]
     built = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     if built.returncode != 0:
-        pytest.skip(f"gcc -fopenmp failed: {built.stderr.strip()[:200]}")
+        facts.missing(f"gcc -fopenmp ({built.stderr.strip()[:200]})", "an OpenMP team to read")
     p = spawn([binary], env={**os.environ, "OMP_WAIT_POLICY": "passive"})
     p.expect("team of 3")
     wait_in_futex(p.pid, count=2)
@@ -276,16 +277,16 @@ def test_python_lock_deadlock_has_owner_unknown(
 # ----------------------------------------------------------------------------- no ptrace rights
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
 def test_without_ptrace_rights_the_owner_is_unknown_with_the_reason(
     spawn: Spawn, c_program: Callable[[str], Path]
 ) -> None:
     """A forked child drops to `nobody` and reads the deadlocked program's mutex: the
     kernel refuses (EPERM), and the wait says so instead of naming an owner."""
+    facts.require_root("drops to another user (nobody) to lose the ptrace rights")
     p = spawn([c_program("mutex_deadlock")])
     p.expect("holds", count=2)
     wait_in_futex(p.pid, ("xfer_a_to_b", "xfer_b_to_a"))
-    threads = locks.procfs.read_threads(p.pid)  # read as root: the syscall args
+    threads = procfs.read_threads(p.pid)  # read as root: the syscall args
     tid = tids_by_name(p.pid)["xfer_a_to_b"]
     (th,) = [t for t in threads if t.tid == tid]
 

@@ -4,13 +4,18 @@ Real builds and runs; a per-module build cache."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness.config.pin import PIN_SCHEMA_VERSION, load_pin, pin_dir
-from tests.harness_cli import harness
+from tests.harness_cli import ROOT, harness
 
 pytestmark = [pytest.mark.timeout(300)]
 # the stock replica hangs for real only where gcc's OpenMP is GNU libgomp (its fork hazard)
@@ -164,3 +169,90 @@ def test_bad_pin_and_variant_input(tmp_path: Path) -> None:
         assert res.code == 5, (args, res.stderr)
         assert text in res.stderr and "Traceback" not in res.stderr, res.stderr
         assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+# ------------------------------------------------------------ the build cache, two processes
+
+_BUILDER = """
+import json, sys
+from pathlib import Path
+from harness.build import build, copy_source, new_scratch_tree
+from harness.config.pin import load_pin
+pin = load_pin(sys.argv[1])
+prepared = new_scratch_tree()
+copy_source(Path(sys.argv[2]), prepared)
+print("building", flush=True)
+res = build(prepared, pin, "breakout", {})
+print(json.dumps({"ok": res.ok, "hit": res.cache_hit, "key": res.key, "tree": str(res.tree)}))
+"""
+
+
+def _waiting_on_a_flock(pid: int) -> bool:
+    """`pid` is blocked on a flock: /proc/locks lists a waiter as `N: -> FLOCK ... PID ...`."""
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "->" and fields[2] == "FLOCK" and fields[5] == str(pid):
+            return True
+    return False
+
+
+def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} within {timeout}s")
+        time.sleep(0.05)
+
+
+def test_two_processes_building_one_key_build_it_once(tmp_path: Path) -> None:
+    """Two harness processes build the same key at once: the second waits on the key's lock
+    while the first builds (seen in /proc/locks), then reuses that build; the build command
+    ran once and the marker is whole."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "build.sh").write_text(
+        'echo "$$" >> "$BUILDS"\n'
+        'touch "$STARTED"\n'
+        'while [ ! -e "$GO" ]; do sleep 0.05; done\n'  # held until the test lets it finish
+        "echo built > out\n"
+    )
+    pin = tmp_path / "two.toml"
+    pin.write_text(
+        "schema_version = 1\n"
+        'name = "two"\nenvs = ["breakout"]\nparser = "puffer5"\n'
+        f'[source]\nkind = "path"\npath = "{src}"\n'
+        '[build]\ncommand = "bash build.sh"\ntimeout_s = 60\noutputs = ["out"]\n'
+        '[run]\ncommand = "./out"\n'
+    )
+    env = {
+        **os.environ,
+        "HARNESS_CACHE_DIR": str(tmp_path / "cache"),
+        "BUILDS": str(tmp_path / "builds.txt"),
+        "STARTED": str(tmp_path / "started"),
+        "GO": str(tmp_path / "go"),
+    }
+
+    def start() -> subprocess.Popen[str]:
+        argv = [sys.executable, "-c", _BUILDER, str(pin), str(src)]
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+
+    first = start()
+    second: subprocess.Popen[str] | None = None
+    try:
+        _wait((tmp_path / "started").exists, 60, "the first build did not start")
+        second = start()
+        _wait(lambda: _waiting_on_a_flock(second.pid), 60, "the second never waited on the lock")
+        (tmp_path / "go").touch()
+        one, two = (
+            json.loads(p.communicate(timeout=60)[0].splitlines()[-1]) for p in (first, second)
+        )
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert (one["ok"], one["hit"], two["ok"], two["hit"]) == (True, False, True, True)
+    assert one["key"] == two["key"] and one["tree"] == two["tree"]
+    assert len((tmp_path / "builds.txt").read_text().splitlines()) == 1  # built once
+    marker = json.loads((Path(one["tree"]) / ".harness-build.json").read_text())
+    assert marker["key"] == one["key"]

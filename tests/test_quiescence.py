@@ -22,7 +22,8 @@ from harness.execute import quiescence as q
 from harness.execute.watchdog import Limits, Trigger, Watchdog
 from harness.execute.watchloop import TIMELINE_POINTS, WatchLoop, describe_status
 from harness.sampling.model import ProcessSample, SampleSet, Snapshot, ThreadSample, ThreadWait
-from tests.harness_cli import harness, tree_is_gone
+from harness.vocab import WaitKind
+from tests.harness_cli import HarnessResult, harness, tree_is_gone
 
 X86 = q.X86_64
 FUTEX, NANOSLEEP, CLOCK_NANOSLEEP, WAIT4, WAITID, READ, POLL, EPOLL_WAIT = (
@@ -265,7 +266,7 @@ def test_watchdog_quiescent_trigger() -> None:
 
 def test_classify_quiescent_is_a_deadlock() -> None:
     samples = SampleSet([], [], [], {}, [], 0.0)
-    samples.waits = [ThreadWait(10, 10, "tree", "futex wait, no timeout (FUTEX_WAIT)")]
+    samples.waits = [ThreadWait(10, 10, WaitKind.TREE, "futex wait, no timeout (FUTEX_WAIT)")]
     reason = "every thread blocked on the tree for 5.1s (no CPU, no output)"
     v = classify(Trigger.QUIESCENT, reason, None, False, samples, [], load_signatures())
     assert (v.kind, v.mechanism, v.exit_code) == ("hang", "deadlock", 2)
@@ -336,7 +337,7 @@ def test_watch_loop_on_a_deadlocked_tree(c_program: Callable[[str], Path]) -> No
         root.wait()
         loop.close()
     whats = sorted(w.what for w in samples.waits)
-    assert any(w.startswith("wait4 for child") for w in whats), whats
+    assert any(w.startswith("wait4 for child") for w in whats), whats  # so waits is not empty
     assert all(w.kind == "tree" for w in samples.waits)
     assert samples.timeline[-1].quiet and samples.watch is not None
     assert samples.watch.quiescence.startswith("on")
@@ -345,7 +346,7 @@ def test_watch_loop_on_a_deadlocked_tree(c_program: Callable[[str], Path]) -> No
 # ---------------------------------------------------------------- real programs
 
 
-def watch(tmp_path: Path, *cmd: str, quiescent: str = "2"):  # type: ignore[no-untyped-def]
+def watch(tmp_path: Path, *cmd: str, quiescent: str = "2") -> HarnessResult:
     opts = [*WINDOWS, "--quiescent", quiescent]
     return harness("watch", *opts, "--", *cmd, report_root=tmp_path / "reports")
 
@@ -368,6 +369,7 @@ def test_deadlocks_get_an_early_verdict(
     samples = report["samples"]
     assert samples["timeline"] and samples["timeline"][-1]["quiet"]
     assert samples["events"][0]["event"] == "start"
+    assert samples["waits"], samples  # every thread's wait, named
     assert all(w["kind"] in ("tree", "done") for w in samples["waits"])
     if program != "mutex_deadlock":
         assert len({e["pid"] for e in samples["events"]}) == 2  # parent and child

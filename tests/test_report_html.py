@@ -11,7 +11,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -24,9 +23,11 @@ import pytest
 from harness.cli import report as report_cli
 from harness.cli.options import Parser
 from harness.errors import HarnessError
-from harness.outcome import USAGE
-from harness.report.html import IndexRow, index_row, render_html, render_index
+from harness.outcome import USAGE, Kind
+from harness.report.html import render_html, render_index
 from harness.report.load import load_report, report_from_json
+from harness.report.runs import RunRow, row_from_report
+from tests import facts
 from tests.harness_cli import ROOT, harness
 
 # ---------------------------------------------------------------- helpers
@@ -271,7 +272,8 @@ def test_pages_without_samples_or_verdict_and_with_python_stacks(tmp_path: Path)
 def test_cause_list_is_shown_when_the_verdict_has_one(tmp_path: Path) -> None:
     r = report_from_json(minimal_old_report(), tmp_path)
     assert r.verdict is not None
-    r.verdict.causes = [  # type: ignore[attr-defined]
+    # causes as a report.json from before the typed Cause holds them: plain dicts
+    old_causes: list[Any] = [
         {
             "id": "openmp-after-fork",
             "sentence": "pid 11 was forked <after> an OpenMP team ran",
@@ -280,6 +282,7 @@ def test_cause_list_is_shown_when_the_verdict_has_one(tmp_path: Path) -> None:
         },
         {"name": "libgomp fork hazard", "why": "an OpenMP team before fork()", "confidence": 0.9},
     ]
+    r.verdict.causes = old_causes
     page = render_html(r)
     assert "Top cause:</b> pid 11 was forked &lt;after&gt; an OpenMP team ran (high" in page
     assert "[openmp-after-fork]" in page and "<li>test the fix: harness compare" in page
@@ -308,13 +311,19 @@ def test_report_command_writes_the_page_and_prints_the_summary(tmp_path: Path) -
 
 
 def test_index_links_every_run_and_pivots_variants_by_commit(tmp_path: Path) -> None:
+    def row(commit: str, variant: str, kind: Kind, folder: str | None = None) -> RunRow:
+        where = "env_start" if kind == Kind.HANG else None
+        report_dir = str(tmp_path / folder) if folder else None
+        return RunRow({"commit": commit}, variant, kind, location=where, report_dir=report_dir)
+
     rows = [
-        IndexRow("hang", "env_start", "stock", "abc123", href="a/report.html"),
-        IndexRow("pass", None, "fixed", "abc123", href="b/report.html"),
-        IndexRow("hang", "env_start", "stock", "def456", href="c/report.html"),
-        IndexRow("error", None, "fixed", "def456", summary="<patch> does not apply"),
+        row("abc123", "stock", Kind.HANG, "a"),
+        row("abc123", "fixed", Kind.PASS, "b"),
+        row("def456", "stock", Kind.HANG, "c"),
+        row("def456", "fixed", Kind.ERROR),
     ]
-    page = render_index("compare <breakout>", rows)
+    rows[-1].summary = "<patch> does not apply"
+    page = render_index("compare <breakout>", rows, ("commit", "variant"), tmp_path)
     assert "compare &lt;breakout&gt;" in page and "&lt;patch&gt; does not apply" in page
     for href in ("a/report.html", "b/report.html", "c/report.html"):
         assert page.count(f'href="{href}"') == 3  # the matrix cell, the row's badge and link
@@ -324,23 +333,23 @@ def test_index_links_every_run_and_pivots_variants_by_commit(tmp_path: Path) -> 
 # ---------------------------------------------------------------- a real hang, a real browser
 
 
-def _chromium() -> str | None:
-    for name in (os.environ.get("HARNESS_CHROMIUM") or "", "chromium", "chromium-browser"):
-        found = shutil.which(name) if name else None
-        if found:
-            return found
-    return None
+def _chromium() -> str:
+    """The browser's path: $HARNESS_CHROMIUM, else Debian's or Ubuntu's name for Chromium.
+    Missing, the test skips locally and fails under CI (setup.sh installs it)."""
+    names = dict.fromkeys(n for n in (os.environ.get("HARNESS_CHROMIUM"), "chromium") if n)
+    return facts.require_tool(
+        *names,
+        "chromium-browser",
+        why="opens report.html in a real browser (setup.sh: apt-get install chromium)",
+    )
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (setup.sh installs it: pip install playwright)")
+    facts.require_module("playwright", "drives the browser (setup.sh: pip install playwright)")
+    from playwright.sync_api import sync_playwright
+
     exe = _chromium()
-    if exe is None:
-        pytest.skip("no chromium on PATH (setup.sh installs it: apt-get install chromium)")
     args = ["--no-sandbox"] if os.geteuid() == 0 else []
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=exe, args=args)
@@ -399,6 +408,25 @@ def not_blank(png: bytes, min_colors: int = 12) -> None:
     assert len(colors) >= min_colors, f"screenshot has {len(colors)} colours: blank?"
 
 
+@pytest.mark.timeout(120)
+def test_a_hostile_report_opens_in_a_browser_as_text(tmp_path: Path, open_page: Any) -> None:
+    """The page of a report whose output and thread names carry markup, opened for real:
+    the markup stays text (no image element, no script error), nothing is fetched."""
+    data = minimal_old_report()
+    data["progress"] = {"output_tail": ["<img src=x onerror=alert(1)>", "done & dusted"]}
+    data["samples"]["snapshots"][0]["processes"][0]["threads"][0]["name"] = "<b>evil</b>"
+    page_path = tmp_path / "report.html"
+    page_path.write_text(render_html(report_from_json(data, tmp_path)))
+    opened = open_page(page_path)
+    page = opened.page
+    assert opened.errors == [] and opened.requests == []
+    assert "hang <in> env_start" in page.locator("#verdict").inner_text()
+    assert "<img src=x onerror=alert(1)>" in page.locator("#output").inner_text()
+    assert (
+        page.locator("#output img").count() == 0 and page.locator("b", has_text="evil").count() == 0
+    )
+
+
 @pytest.fixture(scope="module")
 def hang_dir(
     tmp_path_factory: pytest.TempPathFactory, cache_env: dict[str, str], libgomp_fork_hazard: str
@@ -454,10 +482,14 @@ def test_real_hang_page_in_a_browser(hang_dir: Path, open_page: Any) -> None:
     count = int(env_start.get_attribute("data-count"))
     assert count >= 1 and env_start.locator(".n").inner_text().strip() == str(count)
     assert "located" in (env_start.get_attribute("class") or "")
+    blocks = page.locator("#stacks details.blk").count()
+    assert blocks >= 1  # so that none open / none closed below says something
     page.click("text=collapse all")
     assert page.locator("#stacks details.blk[open]").count() == 0
+    assert page.locator("#stacks details.blk:not([open])").count() == blocks
     page.click("text=expand all")
     assert page.locator("#stacks details.blk:not([open])").count() == 0
+    assert page.locator("#stacks details.blk[open]").count() == blocks
     assert page.locator("#pin").inner_text().count("verified") >= 1
     assert page.locator("#files a", has_text="stacks.txt").count() == 1
     not_blank(page.screenshot(full_page=True))
@@ -470,11 +502,11 @@ def test_index_page_in_a_browser(hang_dir: Path, open_page: Any, tmp_path: Path)
     report = load_report(hang_dir)
     (hang_dir / "report.html").write_text(render_html(report))
     rows = [
-        index_row(report, tmp_path, variant="stock"),
-        IndexRow("pass", None, "fixed", summary="passed", href=None),
+        row_from_report(report, 2, variant="stock"),
+        RunRow(variant="fixed", kind=Kind.PASS, summary="passed"),
     ]
     index = tmp_path / "index.html"
-    index.write_text(render_index("compare breakout", rows))
+    index.write_text(render_index("compare breakout", rows, ("variant",), tmp_path))
     opened = open_page(index)
     page = opened.page
     assert opened.errors == [] and opened.requests == []

@@ -34,8 +34,8 @@ def test_stock_replica_hangs_in_env_start(tmp_path: Path, cache_env: dict[str, s
     assert report["timings"]["run_s"] < 8 + 5  # at the startup window, not the wall timeout
     assert tree_is_gone(report["exit"]["pid"])
     assert report["cleanup"]["leftover"] == []
-    assert "env_start" in (res.report_dir / "stacks.txt").read_text()
-    assert (res.report_dir / "junit.xml").read_text().count("<failure") == 1
+    assert "env_start" in (res.folder / "stacks.txt").read_text()
+    assert (res.folder / "junit.xml").read_text().count("<failure") == 1
 
 
 @pytest.mark.slow
@@ -97,8 +97,9 @@ def test_interrupting_a_run_leaves_a_partial_report(
         "90",
         report_root=tmp_path,
         env=cache_env,
-        interrupt_after=4.0,
-        interrupt_signal=signal.SIGTERM,
+        interrupt=signal.SIGTERM,
+        # mid-run, as the test means it: the trainer has forked the child that hangs
+        interrupt_when=lambda trainer: bool(trainer.children()),
     )
     report = res.report
     assert res.code == 143

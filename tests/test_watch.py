@@ -11,15 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness_cli import harness, tree_is_gone
+from tests.harness_cli import HarnessResult, harness, tree_is_gone
 
 pytestmark = pytest.mark.timeout(120)
 FAST = ["--startup", "3", "--stall", "2", "--timeout", "40"]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 
-def watch(tmp_path: Path, *cmd: str, opts: list[str] = FAST, **kw: object):  # type: ignore[no-untyped-def]
-    return harness("watch", *opts, "--", *cmd, report_root=tmp_path / "reports", **kw)  # type: ignore[arg-type]
+def watch(
+    tmp_path: Path,
+    *cmd: str,
+    opts: list[str] = FAST,
+    interrupt: int | None = None,
+    env: dict[str, str] | None = None,
+) -> HarnessResult:
+    reports = tmp_path / "reports"
+    return harness("watch", *opts, "--", *cmd, report_root=reports, interrupt=interrupt, env=env)
 
 
 def test_mutex_deadlock(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
@@ -31,7 +38,7 @@ def test_mutex_deadlock(tmp_path: Path, c_program: Callable[[str], Path]) -> Non
     assert "pthread mutex" in v["runtime"]
     assert res.report["trigger"] == "stall"
     assert tree_is_gone(res.report["exit"]["pid"])
-    assert (res.report_dir / "stacks.txt").read_text().count("transfer_") >= 2
+    assert (res.folder / "stacks.txt").read_text().count("transfer_") >= 2
     assert res.elapsed < 3 + 2 + 15  # stall window after the last output, plus sampling
 
 
@@ -69,7 +76,7 @@ def test_segfault_is_a_crash(tmp_path: Path, c_program: Callable[[str], Path]) -
     v = res.report["verdict"]
     assert (res.code, v["kind"]) == (3, "crash")
     assert "SIGSEGV" in v["summary"]
-    assert "loading config" in (res.report_dir / "output.log").read_text()
+    assert "loading config" in (res.folder / "output.log").read_text()
 
 
 def test_slow_printer_is_never_a_hang(tmp_path: Path) -> None:
@@ -91,9 +98,7 @@ def test_interrupting_the_harness_kills_the_tree(
     tmp_path: Path, c_program: Callable[[str], Path], sig: int
 ) -> None:
     opts = ["--startup", "30", "--stall", "30", "--timeout", "60"]
-    res = watch(
-        tmp_path, str(c_program("busy_spin")), opts=opts, interrupt_after=2.0, interrupt_signal=sig
-    )
+    res = watch(tmp_path, str(c_program("busy_spin")), opts=opts, interrupt=sig)
     assert res.code == 128 + sig, res.stderr
     report = res.report
     assert report["status"] == "interrupted"
@@ -101,7 +106,7 @@ def test_interrupting_the_harness_kills_the_tree(
     assert tree_is_gone(report["exit"]["pid"])
 
 
-@pytest.mark.skipif(shutil.which("gdb") is None, reason="no gdb to fall back to")
+@pytest.mark.needs_tool("gdb", why="the fallback for native stacks when eu-stack is missing")
 def test_without_eu_stack_native_stacks_fall_back_to_gdb(
     tmp_path: Path, c_program: Callable[[str], Path]
 ) -> None:

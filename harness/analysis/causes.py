@@ -7,7 +7,7 @@ whose params or template fields its detector does not declare, before any run st
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,6 @@ from harness.analysis.detectors import DETECTORS, Detector, run
 from harness.config.causes import (
     Rule,
     bind_params,
-    rules_from_tables,
     shipped_rules,
     template_fields,
 )
@@ -73,11 +72,6 @@ def checked_rules(own: Sequence[Rule] = ()) -> list[Checked]:
     """A pin's own rules (`Pin.causes`, already in extends order) first, then the shipped
     ones, each checked against its detector. Call it before a run: a bad rule fails then."""
     return [check(r) for r in (*own, *shipped_rules())]
-
-
-def load_rules(own: Iterable[Mapping[str, Any]] = ()) -> list[Checked]:
-    """`checked_rules` for [[causes]] tables not parsed yet (a pin's raw data)."""
-    return checked_rules(rules_from_tables(list(own), "pin [[causes]]"))
 
 
 @dataclass(frozen=True)

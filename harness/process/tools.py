@@ -19,6 +19,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from harness.process.proctree import kill_tree
 
 # what ptrace-based tools (gdb, eu-stack, py-spy) print when the kernel refuses to attach
@@ -100,8 +102,7 @@ def run_tool(
         if out_file:
             out_file.close()
     # whatever the tool left running in its session (`cmd &` in a build script) goes too
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    kill_leftovers(proc.pid)
     return ToolResult(
         list(argv),
         code,
@@ -110,6 +111,37 @@ def run_tool(
         time.monotonic() - start,
         timed_out,
     )
+
+
+def _session_of(pid: int) -> int | None:
+    """The session id of `pid`, zombies included (their /proc/PID/stat stays readable)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def kill_leftovers(sid: int, wait_s: float = 0.5) -> None:
+    """SIGKILL what is left of a finished tool's session, and reap what of it was re-parented
+    to us: once the tool itself has exited, its session's orphans are adopted by this
+    process when it is a subreaper (proctree.become_subreaper: the harness, a test worker
+    that ran it in-process), and would stay zombies forever (a gdb helper, `cmd &`)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(sid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            ours = [c.pid for c in psutil.Process().children() if _session_of(c.pid) == sid]
+        except psutil.Error:
+            return
+        for pid in ours:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        if not ours or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
 
 
 @dataclass

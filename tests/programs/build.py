@@ -6,6 +6,7 @@ Command line: `python tests/programs/build.py OUT_DIR [NAME ...]` (default: all)
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,11 @@ def c_programs() -> list[str]:
 
 
 def compile_c(name: str, out_dir: Path, cc: str = "gcc") -> Path:
-    """Build tests/programs/NAME.c into out_dir/NAME unless an up-to-date binary is there."""
+    """Build tests/programs/NAME.c into out_dir/NAME unless an up-to-date binary is there.
+
+    Safe for several processes at once (the test workers share out_dir): gcc writes a name
+    of this process's own, renamed into place when complete, so nobody runs half a binary;
+    two that build at once both succeed, and the last rename wins (same bytes)."""
     # an absolute source path makes DWARF record it absolutely, so a sampler's own_roots
     # (the programs directory) matches the frames' files
     src = PROGRAMS / f"{name}.c"
@@ -31,10 +36,15 @@ def compile_c(name: str, out_dir: Path, cc: str = "gcc") -> Path:
     if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
         return out
     out_dir.mkdir(parents=True, exist_ok=True)
-    argv = [cc, *CFLAGS, "-o", str(out), str(src)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    if done.returncode != 0:
-        raise BuildError(f"{' '.join(argv)} failed:\n{done.stderr}")
+    partial = out_dir / f".{name}.{os.getpid()}.partial"
+    argv = [cc, *CFLAGS, "-o", str(partial), str(src)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            raise BuildError(f"{' '.join(argv)} failed:\n{done.stderr}")
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
     return out
 
 
