@@ -4,7 +4,6 @@ robustness against any input (tests/data/README.md says where each sample comes 
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 import os
@@ -505,18 +504,6 @@ def test_huge_line_is_cut_in_bounded_memory() -> None:
         tracemalloc.stop()
     assert peak < 8_000_000, peak
     assert frames[0].metrics == pytest.approx(P5_FRAME0)
-
-
-def test_no_private_names_cross_the_dashboard_modules() -> None:
-    """What one format module uses of another is public (text.py, values.py, the readers)."""
-    folder = Path(dashboard.__file__).parent
-    modules = sorted(folder.glob("*.py"))
-    assert len(modules) >= 5
-    for path in modules:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness."):
-                private = [a.name for a in node.names if a.name.startswith("_")]
-                assert not private, f"{path.name} imports {private} from {node.module}"
 
 
 # --- end-of-run logs --------------------------------------------------------------------------

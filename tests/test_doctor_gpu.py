@@ -4,7 +4,6 @@ its timeout run against a stand-in torch that blocks the way a wedged driver doe
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import importlib.util
 import json
@@ -177,14 +176,3 @@ def test_the_one_nvml_reader_follows_the_platform() -> None:
         assert data["count"] >= 1 and 0 <= data["gpu"] <= 100 and 0 <= data["mem"] <= 100, data
     else:
         assert "error" in data or "absent" in data or data["count"] == 0, data
-
-
-def test_no_private_names_cross_the_doctor_modules() -> None:
-    """One NVML reader with public names: no doctor module imports another's `_name`."""
-    modules = sorted(Path(doctor.__file__).parent.glob("*.py"))
-    assert len(modules) >= 5
-    for path in modules:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness."):
-                private = [a.name for a in node.names if a.name.startswith("_")]
-                assert not private, f"{path.name} imports {private} from {node.module}"

@@ -4,6 +4,7 @@ with one bad import injected (so `.ci/run` would fail on it)."""
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -96,3 +97,19 @@ def test_lint_imports_fails_on_a_cycle_inside_a_package(tmp_path: Path) -> None:
     assert res.returncode != 0
     assert "BROKEN" in res.stdout
     assert "No cycles are allowed in harness.bisect" in " ".join(res.stdout.split())
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """What one module uses of another is public: `from harness.x import _name` is refused
+    anywhere in harness/ (the dashboard formats and the NVML readers once did)."""
+    modules = sorted((ROOT / "harness").rglob("*.py"))
+    assert len(modules) > 100
+    found = []
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness"):
+                names = [a.name for a in node.names if a.name.startswith("_")]
+                private = [n for n in names if not (n.startswith("__") and n.endswith("__"))]
+                where = path.relative_to(ROOT)
+                found += [f"{where}: {name} from {node.module}" for name in private]
+    assert found == []
