@@ -58,9 +58,9 @@ def test_gpu_probes_follow_the_cuda_probe() -> None:
     assert names.index("nvml") < at
 
 
-@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (the `gpu` extra)")
 @pytest.mark.skipif(not NO_DEVICE, reason="torch sees a GPU here: see the GPU-host test")
 def test_with_torch_and_no_device_every_gpu_probe_skips() -> None:
+    facts.require_module("torch", "the doctor's GPU checks through torch (setup.sh installs it)")
     start = time.monotonic()
     probes = _run_gpu_probes(ProbeContext.make(10.0, None))
     assert list(probes) == GPU_NAMES
@@ -74,10 +74,10 @@ def test_with_torch_and_no_device_every_gpu_probe_skips() -> None:
     assert _children() == []
 
 
-@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (the `gpu` extra)")
 @pytest.mark.skipif(not NO_DEVICE, reason="torch sees a GPU here: see the GPU-host test")
 @pytest.mark.parametrize("check", ["alloc-3gb", "nvml-values"])
 def test_each_check_alone_skips_without_a_device(check: str) -> None:
+    facts.require_module("torch", "the doctor's GPU checks through torch (setup.sh installs it)")
     # no gate: the child itself finds no device (every child runs the same gate)
     probe = torchgpu.run_check(check, ProbeContext.make(10.0, None))
     assert probe.status == "skip" and "no CUDA device" in probe.detail, probe

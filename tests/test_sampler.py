@@ -12,7 +12,6 @@ import platform
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,15 +42,10 @@ Spawn = Callable[..., "Spawned"]
 DATA = Path(__file__).resolve().parent / "data"
 FUTEX_SYSCALL = {"x86_64": "202", "aarch64": "98"}.get(platform.machine(), "")
 
-needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb not installed")
-needs_eu_stack = pytest.mark.skipif(shutil.which("eu-stack") is None, reason="no eu-stack")
-
-
-def _py_spy() -> str | None:
-    return shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
-
-
-needs_py_spy = pytest.mark.skipif(_py_spy() is None, reason="py-spy not installed")
+# setup.sh installs all three: a missing one skips here and fails under CI (tests/conftest.py)
+needs_gdb = pytest.mark.needs_tool("gdb", why="gdb stacks")
+needs_eu_stack = pytest.mark.needs_tool("eu-stack", why="eu-stack stacks")
+needs_py_spy = pytest.mark.needs_tool("py-spy", why="Python stacks")
 
 
 def sample(pid: int, **kwargs: Any) -> SampleSet:
