@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from harness import vocab
+
 
 class Kind(StrEnum):
     """Every verdict kind, once; `OUTCOMES` gives each its exit code and flags."""
@@ -128,7 +130,4 @@ def interrupted_code(signum: int) -> int:
 
 def kind_of(value: object, what: str = "verdict kind") -> Kind:
     """`value` as a registered kind, or a ValueError that lists the known ones."""
-    try:
-        return Kind(str(value))
-    except ValueError:
-        raise ValueError(f"{what}: {value!r} is not one of {', '.join(KINDS)}") from None
+    return vocab.parse(Kind, value, what)

@@ -36,9 +36,6 @@ class Trigger(StrEnum):
     INTERRUPT = "interrupt"  # the harness itself was interrupted
 
 
-TriggerKind = Trigger  # the name the vocabulary used first
-
-
 class StackToolName(StrEnum):
     """The stack tools (sampling/tools.py TOOLS): a frame's source, a --native choice."""
 
@@ -162,4 +159,5 @@ def parse(enum: type[E], value: object, what: str) -> E:
 
 
 def values(enum: type[StrEnum]) -> tuple[str, ...]:
+    """The words of a vocabulary, in order (the doctor's status counts)."""
     return tuple(m.value for m in enum)

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.analysis.detectors import DETECTORS, Detector, run
 from harness.config.causes import (
+    Fields,
     Rule,
     bind_params,
     shipped_rules,
@@ -90,11 +91,6 @@ class Facts:
     report_dir: Path = Path(".")
 
 
-class _Fields(dict[str, str]):
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"  # a field a match did not give stays visible
-
-
 def diagnose(facts: Facts, rules: Sequence[Checked]) -> list[Cause]:
     """Every cause whose rule applies and whose detector finds something, most confident
     first; one cause per (id, sentence)."""
@@ -114,7 +110,7 @@ def diagnose(facts: Facts, rules: Sequence[Checked]) -> list[Cause]:
         if rule.mechanisms and facts.mechanism not in rule.mechanisms:
             continue
         for found in run(checked.detector, checked.params, facts.samples, facts.output_tail):
-            values = _Fields({**common, **found.fields})
+            values = Fields({**common, **found.fields})
             sentence = rule.sentence.format_map(values)
             if (rule.id, sentence) in seen:
                 continue

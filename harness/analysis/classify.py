@@ -19,14 +19,10 @@ from harness.config.signatures import Signatures
 from harness.execute.watchdog import Trigger
 from harness.outcome import Kind
 from harness.process.signals import signal_name
-from harness.sampling.model import Frame, SampleSet, ThreadStack
+from harness.sampling.model import Frame, SampleSet, ThreadStack, spinning
 from harness.source.blame import HangBlame
 from harness.vocab import Mechanism, WaitKind
 
-BUSY_FRACTION = 0.5  # a thread using at least half a core between snapshots is busy
-# ... and so is one that was runnable (R) in every snapshot and got CPU: on a loaded machine
-# a spinning thread may get well under half a core, but it never sleeps
-RUNNABLE_MIN_FRACTION = 0.05
 CRASH_SIGNALS = {
     signal.SIGSEGV,
     signal.SIGABRT,
@@ -110,10 +106,7 @@ class ThreadView:
 
     @property
     def busy(self) -> bool:
-        always_runnable = bool(self.states) and all(s == "R" for s in self.states)
-        return self.cpu_fraction >= BUSY_FRACTION or (
-            always_runnable and self.cpu_fraction >= RUNNABLE_MIN_FRACTION
-        )
+        return spinning(self.states, self.cpu_fraction)
 
     @property
     def last_state(self) -> str:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from harness import vocab
 from harness.errors import HarnessError
-from harness.outcome import USAGE, Kind, kind_of
+from harness.outcome import USAGE, Kind
 from harness.vocab import Confidence, Mechanism
 
 SHIPPED = "harness/data/causes.toml"
@@ -58,7 +58,10 @@ class Rule:
 _formatter = string.Formatter()
 
 
-class _Fields(dict[str, Any]):
+class Fields(dict[str, str]):
+    """A template's values: a field nobody gave stays visible as `{field}` (a check of a
+    template formats it with none; a cause's match may lack one)."""
+
     def __missing__(self, key: str) -> str:
         return "{" + key + "}"
 
@@ -70,7 +73,7 @@ def template_fields(text: str) -> set[str]:
 
 def _check_template(rule: Rule, text: str) -> None:
     try:  # a template must format: `{field}` only (no positional, attribute or format spec)
-        text.format_map(_Fields())
+        text.format_map(Fields())
         for _, name, spec, conversion in _formatter.parse(text):
             if name is not None and (not name.isidentifier() or spec or conversion):
                 raise ValueError(f"{{{name}}} is not a plain {{field}}")
@@ -88,12 +91,9 @@ def _words(enum: type[vocab.E], values: Any, rule: Rule, what: str) -> tuple[voc
 
 
 def _kinds(values: Any, rule: Rule) -> tuple[Kind, ...]:
-    if isinstance(values, str) or not isinstance(values, list) or not values:
+    if not values or not isinstance(values, list):
         raise rule.fail("kinds must be a non-empty list of verdict kinds")
-    try:
-        return tuple(kind_of(v, "kinds") for v in values)
-    except ValueError as exc:
-        raise rule.fail(str(exc)) from None
+    return _words(Kind, values, rule, "kinds")
 
 
 def _strings(values: Any, rule: Rule, what: str) -> tuple[str, ...]:

@@ -16,9 +16,6 @@ from harness.files import atomic_write
 from harness.report import html, junit, markdown, stacks
 from harness.report.model import Report, plain
 
-# written by the runner as the trainer runs, not at the end: a report file all the same
-OUTPUT_LOG = "output.log"
-
 
 @dataclass(frozen=True)
 class Writer:
@@ -43,9 +40,6 @@ WRITERS: tuple[Writer, ...] = (
     Writer("junit.xml", junit.render_junit),
     Writer("report.html", html.render_html),  # last: it links the files written before it
 )
-
-# every file of a report folder besides report.json and evidence/
-ARTIFACTS: tuple[str, ...] = (OUTPUT_LOG, *(w.name for w in WRITERS))
 
 
 def write_all(report: Report, writers: tuple[Writer, ...] = WRITERS) -> list[str]:

@@ -136,6 +136,24 @@ class LockCycle:
     links: list[LockLink]
 
 
+# A thread spins (is busy) when it used at least BUSY_FRACTION of a core between snapshots,
+# or was runnable (R) at every look and got at least RUNNABLE_FRACTION: on a loaded machine a
+# spinning thread may get well under half a core, but it never sleeps. classify's mechanism
+# and the spin-on-blocked-workers detector read the same rule.
+BUSY_FRACTION = 0.5
+RUNNABLE_FRACTION = 0.05
+
+
+def spinning(
+    states: list[str],
+    cpu_fraction: float,
+    busy_fraction: float = BUSY_FRACTION,
+    runnable_fraction: float = RUNNABLE_FRACTION,
+) -> bool:
+    always_runnable = bool(states) and all(state == "R" for state in states)
+    return cpu_fraction >= busy_fraction or (always_runnable and cpu_fraction >= runnable_fraction)
+
+
 @dataclass
 class ThreadActivity:
     """One thread across all snapshots it was seen in."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from harness.analysis.detectors.registry import Inputs, Match, detector, match
 from harness.analysis.detectors.views import stack_line, stacks_of, top
 from harness.config.causes import NoParams
-from harness.sampling.model import ThreadActivity
+from harness.sampling.model import BUSY_FRACTION, RUNNABLE_FRACTION, spinning
 
 
 @detector("lock-cycle", fields=("pid", "cycle"))
@@ -66,18 +66,9 @@ def python_locks(seen: Inputs, params: NoParams) -> list[Match]:
 
 @dataclass(frozen=True)
 class SpinParams:
-    # the share of a core from which a thread counts as spinning
-    busy_fraction: float = 0.5
-    # ... and so does one runnable (R) at every look that got at least this share: on a
-    # loaded machine a spinning thread may get well under half a core, but it never sleeps
-    runnable_fraction: float = 0.05
-
-
-def _spins(a: ThreadActivity, params: SpinParams) -> bool:
-    always_runnable = bool(a.states) and all(state == "R" for state in a.states)
-    return a.cpu_fraction >= params.busy_fraction or (
-        always_runnable and a.cpu_fraction >= params.runnable_fraction
-    )
+    # the thresholds of sampling.model.spinning, the rule classify reads too
+    busy_fraction: float = BUSY_FRACTION
+    runnable_fraction: float = RUNNABLE_FRACTION
 
 
 @detector(
@@ -94,12 +85,7 @@ def spin_on_blocked(seen: Inputs, params: SpinParams) -> list[Match]:
         busy = [
             a
             for a in acts
-            if a.cpu_fraction >= params.busy_fraction
-            or (
-                a.states
-                and all(st == "R" for st in a.states)
-                and a.cpu_fraction >= params.runnable_fraction
-            )
+            if spinning(a.states, a.cpu_fraction, params.busy_fraction, params.runnable_fraction)
         ]
         blocked = [a for a in acts if a.cpu_fraction < 0.02 and "futex" in (a.wchan or "")]
         if len(busy) != 1 or not blocked:
