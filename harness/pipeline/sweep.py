@@ -232,7 +232,6 @@ def _run_cell(base: RunOptions, cell: Cell, out: Path, limit_s: float, runner: _
     row = load_row(folder, code, cell.values, cell.variant, why)
     if timed_out:  # its partial report, if any, is linked; the row says why it is partial
         row.kind, row.summary, row.error = Kind.ERROR, why, why
-        row.kinds = {Kind.ERROR: 1}
     row.wall_s = time.monotonic() - start
     return row
 

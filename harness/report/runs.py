@@ -48,13 +48,15 @@ class RunRow:
     build_ok: bool | None = None
     build_s: float | None = None
     cache_hit: bool | None = None
-    # how many runs the row stands for, and their kinds: one run now; --repeat adds to both
+    # how many runs the row stands for, and how many ended as each kind when they differ:
+    # one run now (no counts: all of them are `kind`); --repeat will count into both
     runs: int = 1
-    kinds: dict[Kind, int] = field(default_factory=dict)
+    counts: dict[Kind, int] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        if not self.kinds:
-            self.kinds = {self.kind: self.runs}
+    @property
+    def kinds(self) -> dict[Kind, int]:
+        """The runs by verdict kind: the counts, or every run as the row's kind."""
+        return dict(self.counts) if self.counts else {self.kind: self.runs}
 
     def coordinate(self, label: str) -> str | None:
         """The row's value in column `label` (the variant also when it is not a knob)."""
@@ -68,6 +70,8 @@ class RunRow:
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = plain(self)
+        del data["counts"]
+        data["kinds"] = plain(self.kinds)
         return data
 
 
@@ -110,7 +114,6 @@ def row_from_report(
         row.cause = v.causes[0].id if v.causes else None
         row.summary = v.summary
         row.evidence = list(v.evidence[:EVIDENCE_LINES])
-    row.kinds = {row.kind: 1}
     return row
 
 
