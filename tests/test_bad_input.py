@@ -43,7 +43,7 @@ def test_mistyped_check_fails_before_anything_runs(tmp_path: Path) -> None:
         'stall_s = 1\ntimeout_s = 1\n[pin.replica]\n[[checks]]\nkind = "range"\n'
         'key = "epoch"\nmin = "1"\n'
     )
-    with pytest.raises(HarnessError, match="min must be a number"):
+    with pytest.raises(HarnessError, match=r"\[\[checks\]\] #1 min: expected a number"):
         load_scenario(str(bad))
     res = harness("run", "breakout", "--scenario", str(bad), report_root=tmp_path / "r")
     assert res.code == 5 and one_line(res.stderr)

@@ -1,4 +1,5 @@
-"""`harness pin show|verify|update|fetch`: look at, check, refresh or clone an upstream pin."""
+"""`harness pin show|verify|update|fetch|schema`: look at, check, refresh or clone an upstream
+pin; write the JSON Schemas of the config files."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 
 from harness.config import pin as pinmod
 from harness.config.defaults import default_pin
+from harness.config.schemas import json_schemas
 from harness.errors import HarnessError
+from harness.files import atomic_write
 from harness.outcome import USAGE
 from harness.report.model import plain
 from harness.source import git as gitsource
@@ -22,12 +25,16 @@ NAME = "pin"
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         NAME,
-        help="show, verify, update or fetch an upstream pin",
+        help="show, verify, update or fetch an upstream pin; write the config schemas",
         description="show: the pin as resolved (with what it extends); verify: compare the "
         "source with the pin (exit 0 verified, 1 drift, 2 unverified); update: write the "
-        "checkout's commit and file hashes into the pin file; fetch: clone the pinned commit.",
+        "checkout's commit and file hashes into the pin file; fetch: clone the pinned commit; "
+        "schema: the JSON Schemas of pin, scenario, transform and causes files (one JSON "
+        "object on stdout, or one <name>.schema.json each in --out DIR).",
     )
-    p.add_argument("action", choices=["show", "verify", "update", "fetch"], help="what to do")
+    p.add_argument(
+        "action", choices=["show", "verify", "update", "fetch", "schema"], help="what to do"
+    )
     p.add_argument(
         "--pin",
         default=None,
@@ -36,10 +43,14 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--checkout", type=Path, help="the upstream's git checkout (git pins)")
     p.add_argument("--dest", type=Path, help="fetch: where to clone (default: the harness cache)")
     p.add_argument("--json", action="store_true", help="verify: the verification as JSON")
+    p.add_argument("--out", type=Path, help="schema: the folder to write the schemas into")
 
 
 def command(args: argparse.Namespace) -> int:
-    """pin show | verify | update | fetch. verify exits 0 verified, 1 drift, 2 unverified."""
+    """pin show | verify | update | fetch | schema. verify exits 0 verified, 1 drift,
+    2 unverified."""
+    if args.action == "schema":
+        return _schema(args.out)
     pin = pinmod.load_pin(args.pin or default_pin(args.checkout))
     if args.action == "show":
         print(pinmod.describe_pin(pin))
@@ -84,4 +95,23 @@ def _update(pin: pinmod.Pin, checkout: Path | None) -> int:
     changes = gitsource.update_pin_file(pin, root, commit)
     print("\n".join(changes) if changes else "harness: pin already up to date")
     print(f"harness: wrote {pin.file}")
+    return 0
+
+
+def _schema(out: Path | None) -> int:
+    """The JSON Schemas, generated from the models that validate the files."""
+    schemas = json_schemas()
+    if out is None:
+        print(json.dumps(schemas, indent=2))
+        return 0
+    if out.exists() and not out.is_dir():
+        raise HarnessError(f"--out {out}: not a folder", USAGE)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, schema in schemas.items():
+            path = out / f"{name}.schema.json"
+            atomic_write(path, json.dumps(schema, indent=2) + "\n")
+            print(f"harness: wrote {path}")
+    except OSError as exc:
+        raise HarnessError(f"--out {out}: cannot write: {exc.strerror or exc}", USAGE) from None
     return 0

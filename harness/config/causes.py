@@ -9,22 +9,26 @@ the params class its detector declares; `bind_params` builds that class from the
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import string
-import tomllib
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from harness import vocab
+from pydantic import AfterValidator, Field
+
+from harness.config.fields import WORD, Strict, StrList, Text, fail, schema_version
+from harness.config.schema_errors import one_line, read_toml, validate
 from harness.errors import HarnessError
 from harness.outcome import USAGE, Kind
 from harness.vocab import Confidence, Mechanism
 
 SHIPPED = "harness/data/causes.toml"
+CAUSES_SCHEMA_VERSION = 1
 
 P = TypeVar("P")
 
@@ -48,7 +52,7 @@ class Rule:
 
     def fail(self, what: str) -> HarnessError:
         """A one-line usage error about this rule."""
-        return HarnessError(f"{self.where}: cause {self.id}: {what}", USAGE)
+        return HarnessError(one_line(f"{self.where}: cause {self.id}: {what}"), USAGE)
 
     @property
     def templates(self) -> tuple[str, ...]:
@@ -81,40 +85,32 @@ def _check_template(rule: Rule, text: str) -> None:
         raise rule.fail(f"bad template {text!r}: {exc}") from exc
 
 
-def _words(enum: type[vocab.E], values: Any, rule: Rule, what: str) -> tuple[vocab.E, ...]:
-    if isinstance(values, str) or not isinstance(values, list):
-        raise rule.fail(f"{what} must be a list of words")
-    try:
-        return tuple(vocab.parse(enum, v, what) for v in values)
-    except ValueError as exc:
-        raise rule.fail(str(exc)) from None
+def _kinds(values: list[Kind]) -> list[Kind]:
+    if not values:
+        raise fail("kinds must be a non-empty list of verdict kinds")
+    return values
 
 
-def _kinds(values: Any, rule: Rule) -> tuple[Kind, ...]:
-    if not values or not isinstance(values, list):
-        raise rule.fail("kinds must be a non-empty list of verdict kinds")
-    return _words(Kind, values, rule, "kinds")
+class CauseModel(Strict):
+    """One [[causes]] entry (harness/data/causes.toml, a pin's own)."""
+
+    id: Text
+    detector: Text  # checked against the registry of detectors before a run
+    kinds: Annotated[list[Annotated[Kind, WORD]], AfterValidator(_kinds)]
+    sentence: Text
+    confidence: Annotated[Confidence, WORD] = Confidence.MEDIUM
+    mechanisms: list[Annotated[Mechanism, WORD]] = Field(default_factory=list)
+    remedies: StrList = Field(default_factory=list)
+    command: str = ""
+    # the detector's params class says what they may be (harness.analysis.causes.check)
+    params: dict[str, Any] = Field(default_factory=dict)
 
 
-def _strings(values: Any, rule: Rule, what: str) -> tuple[str, ...]:
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise rule.fail(f"{what} must be a list of strings")
-    return tuple(values)
+class CausesModel(Strict):
+    """harness/data/causes.toml: the shipped rules."""
 
-
-_KEYS = frozenset(
-    [
-        "id",
-        "detector",
-        "kinds",
-        "mechanisms",
-        "sentence",
-        "confidence",
-        "remedies",
-        "command",
-        "params",
-    ]
-)
+    schema_version: Annotated[int, AfterValidator(schema_version(CAUSES_SCHEMA_VERSION))]
+    causes: list[CauseModel] = Field(default_factory=list)
 
 
 def rule_from_table(table: Mapping[str, Any], where: str) -> Rule:
@@ -122,31 +118,26 @@ def rule_from_table(table: Mapping[str, Any], where: str) -> Rule:
     and what is allowed when it is not one."""
     if not isinstance(table, Mapping):
         raise HarnessError(f"{where}: a [[causes]] entry must be a table", USAGE)
-    ident = str(table.get("id", "?"))
-    rule = Rule(id=ident, detector="", kinds=(), sentence="", where=where)
-    for key in ("id", "detector", "kinds", "sentence"):
-        if key not in table:
-            raise rule.fail(f"missing required key '{key}'")
-    unknown = sorted(set(table) - _KEYS)
-    if unknown:
-        raise rule.fail(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_KEYS))})")
-    params = table.get("params", {})
-    if not isinstance(params, Mapping):
-        raise rule.fail("params must be a table")
-    try:
-        confidence = vocab.parse(Confidence, table.get("confidence", "medium"), "confidence")
-    except ValueError as exc:
-        raise rule.fail(str(exc)) from None
+    ident = table.get("id")
+    rule = Rule(id=ident if isinstance(ident, str) else "?", detector="", kinds=(), sentence="")
+    rule = dataclasses.replace(rule, where=where)
+    known = sorted(CauseModel.model_fields)
+    unknown = sorted(str(k) for k in set(table) - set(known))
+    if unknown:  # said before the types: a misspelt key often explains a missing one
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
+        raise rule.fail(f"unknown key(s) {', '.join(unknown)}{hint}")
+    model = validate(CauseModel, table, f"{where}: cause {rule.id}")
     rule = dataclasses.replace(
         rule,
-        detector=str(table["detector"]),
-        kinds=_kinds(table["kinds"], rule),
-        sentence=str(table["sentence"]),
-        confidence=confidence,
-        mechanisms=_words(Mechanism, table.get("mechanisms", []), rule, "mechanisms"),
-        remedies=_strings(table.get("remedies", []), rule, "remedies"),
-        command=str(table.get("command", "")),
-        params=dict(params),
+        detector=model.detector,
+        kinds=tuple(model.kinds),
+        sentence=model.sentence,
+        confidence=model.confidence,
+        mechanisms=tuple(model.mechanisms),
+        remedies=tuple(model.remedies),
+        command=model.command,
+        params=dict(model.params),
     )
     for text in rule.templates:
         _check_template(rule, text)
@@ -154,7 +145,7 @@ def rule_from_table(table: Mapping[str, Any], where: str) -> Rule:
 
 
 def rules_from_tables(tables: Iterable[Mapping[str, Any]], where: str) -> tuple[Rule, ...]:
-    if isinstance(tables, Mapping | str):
+    if not isinstance(tables, list | tuple):
         raise HarnessError(f"{where}: causes must be an array of tables ([[causes]])", USAGE)
     rules = tuple(rule_from_table(t, where) for t in tables)
     seen: set[str] = set()
@@ -168,8 +159,10 @@ def rules_from_tables(tables: Iterable[Mapping[str, Any]], where: str) -> tuple[
 @cache
 def shipped_rules() -> tuple[Rule, ...]:
     """The rules shipped with the harness, after any pin's own."""
-    text = resources.files("harness").joinpath("data/causes.toml").read_text()
-    return rules_from_tables(tomllib.loads(text).get("causes", []), SHIPPED)
+    with resources.as_file(resources.files("harness").joinpath("data/causes.toml")) as path:
+        data = read_toml(path)
+    validate(CausesModel, {**data, "causes": []}, SHIPPED)  # the file's own keys
+    return rules_from_tables(data.get("causes", []), SHIPPED)
 
 
 # ---------------------------------------------------------------- a detector's params

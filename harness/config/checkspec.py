@@ -5,52 +5,58 @@ evaluates them, one checker per kind listed here."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from harness.errors import HarnessError
-from harness.outcome import USAGE
+from pydantic import Field, model_validator
+
+from harness.config.fields import Number, Strict, StrList, fail
+from harness.config.schema_errors import validate as validate_model
 
 KINDS = ("required", "range", "finite", "config", "steps_reached")
+# what each kind needs besides `kind` (range: `key` or `keys`)
+NEEDS: dict[str, tuple[str, ...]] = {
+    "required": ("keys",),
+    "range": (),
+    "finite": ("keys",),
+    "config": ("section", "key"),
+    "steps_reached": (),
+}
+
+
+class CheckModel(Strict):
+    """One [[checks]] entry of a scenario (docs/scenario-schema.md, "Check kinds")."""
+
+    kind: Literal["required", "range", "finite", "config", "steps_reached"]
+    name: str = ""
+    key: Annotated[str, Field(min_length=1)] | None = None
+    keys: StrList | None = None
+    min: Number | None = None
+    max: Number | None = None
+    over: Literal["all", "last"] = "all"
+    optional: bool = False
+    pins: StrList | None = None
+    section: Annotated[str, Field(min_length=1)] | None = None
+    fraction: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    per_epoch: StrList | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> CheckModel:
+        missing = [f for f in NEEDS[self.kind] if getattr(self, f) is None]
+        if self.kind == "range" and self.key is None and self.keys is None:
+            missing.append("key")
+        if missing:
+            what = self.name or self.kind
+            raise fail(f"check {what!r} needs {', '.join(missing)}")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise fail(f"min {self.min} is above max {self.max}")
+        return self
+
+
+class ChecksModel(Strict):
+    checks: list[CheckModel] = Field(default_factory=list)
 
 
 def validate(specs: Iterable[Mapping[str, Any]], where: str) -> None:
-    """Reject unknown kinds, missing fields and mistyped values before anything runs: a bad
-    scenario must fail in a second, not after a ten-minute run."""
-    needs = {
-        "required": ("keys",),
-        "range": (),
-        "finite": ("keys",),
-        "config": ("section", "key"),
-        "steps_reached": (),
-    }
-    for spec in specs:
-        if not isinstance(spec, Mapping):
-            raise HarnessError(f"{where}: each [[checks]] entry must be a table", USAGE)
-        name = f"{where}: check {spec.get('name', spec.get('kind'))!r}"
-        kind = spec.get("kind")
-        if kind not in KINDS:
-            raise HarnessError(
-                f"{where}: unknown check kind {kind!r} (known: {', '.join(KINDS)})", USAGE
-            )
-        missing = [f for f in needs[kind] if f not in spec]
-        if kind == "range" and "key" not in spec and "keys" not in spec:
-            missing.append("key")
-        if missing:
-            raise HarnessError(f"{name} needs {', '.join(missing)}", USAGE)
-        _typed(spec, name)
-
-
-def _typed(spec: Mapping[str, Any], name: str) -> None:
-    numbers = ("min", "max", "fraction")
-    for field_name in numbers:
-        value = spec.get(field_name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise HarnessError(f"{name}: {field_name} must be a number, not {value!r}", USAGE)
-    for field_name in ("keys", "pins", "per_epoch"):
-        value = spec.get(field_name)
-        if value is not None and (
-            not isinstance(value, list) or not all(isinstance(v, str) for v in value)
-        ):
-            raise HarnessError(f"{name}: {field_name} must be a list of strings", USAGE)
-    if spec.get("over", "all") not in ("all", "last"):
-        raise HarnessError(f'{name}: over must be "all" or "last"', USAGE)
+    """Reject unknown kinds and keys, missing fields and mistyped values before anything
+    runs: a bad scenario must fail in a second, not after a ten-minute run."""
+    validate_model(ChecksModel, {"checks": specs}, where)

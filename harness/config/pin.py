@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import vocab
 from harness.config.causes import Rule, rules_from_tables
-from harness.config.signatures import Pattern, pattern_from_table
+from harness.config.models import PIN_SCHEMA_VERSION as PIN_SCHEMA_VERSION
+from harness.config.models import PinModel
+from harness.config.schema_errors import check_partial, read_toml, validate
+from harness.config.signatures import Pattern
 from harness.errors import HarnessError
 from harness.outcome import USAGE
 from harness.vocab import SourceKind
 
-PIN_SCHEMA_VERSION = 1
 UNVERIFIED = "UNVERIFIED"  # prefix of a value that has not been read from a real checkout yet
 
 
@@ -109,7 +110,7 @@ class Pin:
         return render(self.run_command, env=env, steps=steps, tree=tree)
 
 
-_PLACEHOLDER = re.compile(r"\{(env|steps|tree)\}")
+_PLACEHOLDER = re.compile(r"\{(env|steps|tree)\}")  # what harness.config.fields checks
 
 
 def render(template: str, **values: object) -> str:
@@ -117,94 +118,52 @@ def render(template: str, **values: object) -> str:
     return _PLACEHOLDER.sub(lambda m: str(values.get(m[1], m[0])), template)
 
 
-def _need(table: dict[str, Any], key: str, where: str) -> Any:
-    if key not in table:
-        raise HarnessError(f"{where}: missing required key '{key}'", USAGE)
-    return table[key]
-
-
-def _parser_name(value: Any, where: str) -> str:
-    from harness.dashboard import PARSERS
-
-    if value not in PARSERS:
-        raise HarnessError(
-            f"{where}: unknown parser {value!r} (known: {', '.join(sorted(PARSERS))})"
-        )
-    return str(value)
-
-
-def _str_list(value: Any, where: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise HarnessError(f"{where}: expected a list of strings", USAGE)
-    return tuple(value)
-
-
-def _choice(value: Any, allowed: tuple[str, ...], where: str) -> str:
-    if value not in allowed:
-        raise HarnessError(f"{where}: expected one of {', '.join(allowed)}, not {value!r}", USAGE)
-    return str(value)
-
-
-def _str_map(value: Any, where: str) -> dict[str, str]:
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise HarnessError(f"{where}: expected a table of strings", USAGE)
-    return {str(k): v for k, v in value.items()}
-
-
-def parse_pin(data: dict[str, Any], file: Path, lineage: tuple[str, ...] = ()) -> Pin:
-    try:
-        return _parse_pin(data, file, lineage)
-    except HarnessError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise HarnessError(f"{file.name}: malformed pin: {exc!r}", USAGE) from exc
-
-
-def _parse_pin(data: dict[str, Any], file: Path, lineage: tuple[str, ...]) -> Pin:
+def parse_pin(data: Mapping[str, Any], file: Path, lineage: tuple[str, ...] = ()) -> Pin:
+    """A pin's (merged) table as a Pin, validated against the schema (harness.config.models);
+    one usage error naming `file` and the key path when it is not one."""
+    if not isinstance(data, Mapping):
+        raise HarnessError(f"{file.name}: a pin must be a table", USAGE)
     where = file.name
-    version = data.get("schema_version")
-    if version != PIN_SCHEMA_VERSION:
-        raise HarnessError(
-            f"{where}: schema_version {version!r} is not supported (expected {PIN_SCHEMA_VERSION})"
-        )
-    src = _need(data, "source", where)
-    try:
-        kind = vocab.parse(SourceKind, _need(src, "kind", f"{where} [source]"), "kind")
-    except ValueError as exc:
-        raise HarnessError(f"{where} [source]: {exc}", USAGE) from None
-    fields = {k: str(v) for k, v in src.items() if k in Source.__dataclass_fields__}
-    fields.pop("kind")
-    source = Source(kind, **fields)
-    build = _need(data, "build", where)
-    run = _need(data, "run", where)
+    # cause rules are checked by their own loader, whose errors name the cause's id
+    causes = rules_from_tables(data.get("causes", []), f"{where} [[causes]]")
+    model = validate(PinModel, {**data, "causes": []}, where)
+    src, build, run = model.source, model.build, model.run
     return Pin(
-        name=str(_need(data, "name", where)),
-        description=str(data.get("description", "")),
+        name=model.name,
+        description=model.description,
         file=file,
-        source=source,
-        envs=_str_list(_need(data, "envs", where), f"{where} envs"),
-        parser=_parser_name(data.get("parser", "lines"), where),
-        build_command=str(_need(build, "command", f"{where} [build]")),
-        build_timeout_s=float(build.get("timeout_s", 600)),
-        build_env=_str_map(build.get("env", {}), f"{where} [build.env]"),
-        build_tools=tuple(build.get("tools", ())),
-        build_outputs=tuple(build.get("outputs", ())),
-        build_hints=tuple(Hint(h["pattern"], h["hint"]) for h in build.get("hints", [])),
-        build_per_env=bool(build.get("per_env", True)),
-        build_env_passthrough=tuple(str(v) for v in build.get("env_passthrough", ())),
-        run_command=str(_need(run, "command", f"{where} [run]")),
-        run_cwd=_choice(run.get("cwd", "tree"), ("tree", "report"), f"{where} [run] cwd"),
-        run_env=_str_map(run.get("env", {}), f"{where} [run.env]"),
-        config_files=tuple(run.get("config_files", ("config/default.ini", "config/{env}.ini"))),
-        files=_str_map(data.get("files", {}), f"{where} [files]"),
-        variants=_str_map(data.get("variants", {}), f"{where} [variants]"),
-        fixes=_str_list(data.get("fixes", []), f"{where} fixes"),
-        signatures=tuple(
-            pattern_from_table(t, f"{where} [[signatures]]") for t in data.get("signatures", [])
+        source=Source(
+            kind=src.kind,
+            url=src.url,
+            branch=src.branch,
+            commit=src.commit,
+            path=src.path,
+            package=src.package,
+            version=src.version,
+            sha256=src.sha256,
+            filename=src.filename,
         ),
-        causes=rules_from_tables(data.get("causes", []), f"{where} [[causes]]"),
-        raw=data,
-        lineage=(str(data["name"]), *lineage),
+        envs=tuple(model.envs),
+        parser=model.parser,
+        build_command=build.command,
+        build_timeout_s=float(build.timeout_s),
+        build_env=dict(build.env),
+        build_tools=tuple(build.tools),
+        build_outputs=tuple(build.outputs),
+        build_hints=tuple(Hint(h.pattern, h.hint) for h in build.hints),
+        build_per_env=build.per_env,
+        build_env_passthrough=tuple(build.env_passthrough),
+        run_command=run.command,
+        run_cwd=run.cwd,
+        run_env=dict(run.env),
+        config_files=tuple(run.config_files),
+        files=dict(model.files),
+        variants=dict(model.variants),
+        fixes=tuple(model.fixes),
+        signatures=tuple(s.pattern() for s in model.signatures),
+        causes=causes,
+        raw=dict(data),
+        lineage=(model.name, *lineage),
     )
 
 
@@ -220,8 +179,18 @@ _REPLACED = ("source", "files")
 
 
 def _pin_path(name_or_path: str, base: Path | None = None) -> Path:
+    """A pin name (a file of upstream_pin/), or a path to a .toml file (relative to `base`,
+    the folder of the pin that extends it, when given)."""
+    if "\0" in name_or_path:
+        raise HarnessError(f"pin {name_or_path!r}: a path with a NUL byte", USAGE)
     path = Path(name_or_path)
     if path.suffix != ".toml":
+        if not name_or_path or any(c in name_or_path for c in "/\\") or name_or_path[0] == ".":
+            raise HarnessError(
+                f"pin {name_or_path!r}: a pin is a name of a file in {pin_dir()}, "
+                "or a path ending in .toml",
+                USAGE,
+            )
         return pin_dir() / f"{name_or_path}.toml"
     if base is not None and not path.is_absolute():
         return (base / path).resolve()
@@ -229,13 +198,14 @@ def _pin_path(name_or_path: str, base: Path | None = None) -> Path:
 
 
 def _read_pin(path: Path, name_or_path: str) -> dict[str, Any]:
-    if not path.is_file():
-        known = ", ".join(available_pins())
-        raise HarnessError(f"unknown pin {name_or_path!r} (known: {known})")
     try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise HarnessError(f"{path.name}: malformed TOML: {exc}") from exc
+        found = path.is_file()
+    except (OSError, ValueError):  # a NUL byte, a name too long
+        found = False
+    if not found:
+        known = ", ".join(available_pins())
+        raise HarnessError(f"unknown pin {name_or_path!r} (known: {known})", USAGE)
+    return read_toml(path)
 
 
 def _merge_tables(base: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
@@ -280,11 +250,15 @@ def _resolve(
     """The pin's data with everything it extends merged in, and the names of its ancestors."""
     data = _read_pin(path, name_or_path)
     parent_ref = data.get("extends")
+    where = path.name
     if parent_ref is None:
         return data, ()
-    where = path.name
     if not isinstance(parent_ref, str) or not parent_ref:
         raise HarnessError(f"{where}: extends must be a pin name or a .toml path", USAGE)
+    # each file of the chain on its own: types, ranges and unknown keys named in the file
+    # that has them (its required keys may come from the pin it extends)
+    rules_from_tables(data.get("causes", []), f"{where} [[causes]]")
+    check_partial(PinModel, {**data, "causes": []}, where)
     parent_path = _pin_path(parent_ref, base=path.parent)
     if parent_path.resolve() in chain:
         names = " → ".join(p.name for p in (*chain, parent_path.resolve()))

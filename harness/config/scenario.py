@@ -3,14 +3,27 @@ as data. The schema is documented in docs/scenario-schema.md."""
 
 from __future__ import annotations
 
-import math
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import AfterValidator, Field
+
+from harness.config.checkspec import CheckModel
+from harness.config.fields import (
+    Count,
+    EnvPath,
+    Number,
+    Seconds,
+    Strict,
+    StrList,
+    StrMap,
+    Text,
+    schema_version,
+)
 from harness.config.pin import project_root
+from harness.config.schema_errors import read_toml, validate
 from harness.errors import HarnessError
 from harness.outcome import USAGE
 
@@ -27,6 +40,43 @@ class RunSettings:
     args: tuple[str, ...] = ()  # extra trainer arguments for this pin
     env: dict[str, str] = field(default_factory=dict)  # extra environment for the trainer
     config_files: tuple[str, ...] | None = None  # overrides the pin's, for config checks
+
+
+class RunTable(Strict):
+    """[defaults] and each [pin.<name>]: the run settings (a pin's table over the defaults)."""
+
+    steps: Count | None = None
+    startup_s: Seconds | None = None
+    stall_s: Seconds | None = None
+    timeout_s: Seconds | None = None
+    upstream_env: Text | None = None
+    args: StrList | None = None
+    env: StrMap | None = None
+    config_files: list[EnvPath] | None = None
+
+
+Bounds = Annotated[list[Number], Field(min_length=2, max_length=2)]
+
+
+class ProbeBounds(Strict):
+    """[probe]: what `harness probe ENV` expects of the env's rewards."""
+
+    raw_min: Number | None = None
+    raw_max: Number | None = None
+    expect_raw_above: Number | None = None
+    log: dict[str, Bounds] = Field(default_factory=dict)  # Log field → [low, high]
+
+
+class ScenarioModel(Strict):
+    """scenarios/<name>.toml."""
+
+    schema_version: Annotated[int, AfterValidator(schema_version(SCENARIO_SCHEMA_VERSION))]
+    env: Text
+    description: str = ""
+    defaults: RunTable = RunTable()
+    pin: dict[str, RunTable] = Field(default_factory=dict)
+    probe: ProbeBounds | None = None
+    checks: list[CheckModel] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -59,31 +109,24 @@ class Scenario:
         merged = dict(self.defaults)
         for table in tables:
             merged.update(table)
-        for key in ("startup_s", "stall_s", "timeout_s"):
-            value = merged.get(key)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-                raise HarnessError(
-                    f"{self.file.name}: {key} for pin {pin} must be a finite number > 0, "
-                    f"not {value!r}",
-                    USAGE,
-                )
-        try:
-            return RunSettings(
-                steps=int(merged["steps"]),
-                startup_s=float(merged["startup_s"]),
-                stall_s=float(merged["stall_s"]),
-                timeout_s=float(merged["timeout_s"]),
-                upstream_env=str(merged.get("upstream_env", self.env)),
-                args=tuple(str(a) for a in merged.get("args", ())),
-                env={str(k): str(v) for k, v in merged.get("env", {}).items()},
-                config_files=(
-                    tuple(str(f) for f in merged["config_files"])
-                    if "config_files" in merged
-                    else None
-                ),
+        # each table was validated at load; what only the merge can tell is a missing key
+        missing = [k for k in ("steps", "startup_s", "stall_s", "timeout_s") if k not in merged]
+        if missing:
+            raise HarnessError(
+                f"{self.file.name}: no {', '.join(missing)} for pin {pin} "
+                f"(set it in [defaults] or [pin.{pin}])",
+                USAGE,
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise HarnessError(f"{self.file.name}: bad run settings for pin {pin}: {exc}") from exc
+        return RunSettings(
+            steps=int(merged["steps"]),
+            startup_s=float(merged["startup_s"]),
+            stall_s=float(merged["stall_s"]),
+            timeout_s=float(merged["timeout_s"]),
+            upstream_env=str(merged.get("upstream_env", self.env)),
+            args=tuple(merged.get("args", ())),
+            env=dict(merged.get("env", {})),
+            config_files=tuple(merged["config_files"]) if "config_files" in merged else None,
+        )
 
 
 def scenario_dir() -> Path:
@@ -94,44 +137,37 @@ def available_scenarios() -> list[str]:
     return sorted(p.stem for p in scenario_dir().glob("*.toml"))
 
 
-def load_scenario(name_or_path: str) -> Scenario:
+def _scenario_path(name_or_path: str) -> Path:
     path = Path(name_or_path)
-    if path.suffix != ".toml":
-        path = scenario_dir() / f"{name_or_path}.toml"
-    if not path.is_file():
-        known = ", ".join(available_scenarios())
-        raise HarnessError(f"unknown env or scenario {name_or_path!r} (known: {known})", USAGE)
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise HarnessError(f"{path.name}: malformed TOML: {exc}", USAGE) from exc
-    if data.get("schema_version") != SCENARIO_SCHEMA_VERSION:
+    if path.suffix == ".toml":
+        return path
+    if not name_or_path or any(c in name_or_path for c in "/\\\0") or name_or_path[0] == ".":
         raise HarnessError(
-            f"{path.name}: schema_version {data.get('schema_version')!r} is not supported "
-            f"(expected {SCENARIO_SCHEMA_VERSION})",
+            f"scenario {name_or_path!r}: a scenario is a name of a file in {scenario_dir()}, "
+            "or a path ending in .toml",
             USAGE,
         )
-    from harness.config.checkspec import validate
+    return scenario_dir() / f"{name_or_path}.toml"
 
-    validate(data.get("checks", []), path.name)
+
+def load_scenario(name_or_path: str) -> Scenario:
+    path = _scenario_path(name_or_path)
     try:
-        return Scenario(
-            name=path.stem,
-            env=str(data["env"]),
-            description=str(data.get("description", "")),
-            file=path,
-            defaults=dict(data.get("defaults", {})),
-            per_pin={
-                str(k): _table(v, f"{path.name} [pin.{k}]") for k, v in data.get("pin", {}).items()
-            },
-            checks=list(data.get("checks", [])),
-            raw=data,
-        )
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise HarnessError(f"{path.name}: malformed scenario: {exc}", USAGE) from exc
-
-
-def _table(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise HarnessError(f"{where}: expected a table", USAGE)
-    return dict(value)
+        found = path.is_file()
+    except (OSError, ValueError):  # a NUL byte, a name too long
+        found = False
+    if not found:
+        known = ", ".join(available_scenarios())
+        raise HarnessError(f"unknown env or scenario {name_or_path!r} (known: {known})", USAGE)
+    data = read_toml(path)
+    model = validate(ScenarioModel, data, path.name)
+    return Scenario(
+        name=path.stem,
+        env=model.env,
+        description=model.description,
+        file=path,
+        defaults=dict(data.get("defaults", {})),
+        per_pin={str(k): dict(v) for k, v in data.get("pin", {}).items()},
+        checks=[dict(c) for c in data.get("checks", [])],
+        raw=data,
+    )

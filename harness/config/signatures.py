@@ -5,13 +5,21 @@ harness.analysis.classify applies them."""
 from __future__ import annotations
 
 import re
-import tomllib
-from collections.abc import Sequence
+import string
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Annotated, Any, Protocol
 
-from harness.errors import HarnessError
+from pydantic import AfterValidator, Field, model_validator
+
+from harness.config.fields import WORD, Regex, Strict, StrList, Text, fail, schema_version
+from harness.config.schema_errors import read_toml, validate
+from harness.vocab import Mechanism
+
+SIGNATURES_SCHEMA_VERSION = 1
 
 
 class FrameLike(Protocol):
@@ -63,29 +71,77 @@ class Signatures:
         return Signatures(self.runtime, self.output, tuple(own))
 
 
-def pattern_from_table(table: dict[str, Any], where: str) -> Pattern:
-    try:
-        pattern = Pattern(
-            name=str(table["name"]),
-            functions=tuple(re.compile(f) for f in table.get("functions", ())),
-            files=tuple(table.get("files", ())),
-            modules=tuple(re.compile(m) for m in table.get("modules", ())),
-            passive=bool(table.get("passive", False)),
-            mechanism=table.get("mechanism"),
+class SignatureModel(Strict):
+    """One [[signatures]] entry of a pin, or one [[runtime]] pattern of signatures.toml."""
+
+    name: Text
+    functions: list[Regex] = Field(default_factory=list)
+    modules: list[Regex] = Field(default_factory=list)
+    files: StrList = Field(default_factory=list)
+    passive: bool = False
+    mechanism: Annotated[Mechanism, WORD] | None = None
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _locates(self) -> SignatureModel:
+        if not (self.functions or self.modules):
+            raise fail(f"signature {self.name!r} needs functions or modules")
+        return self
+
+    def pattern(self) -> Pattern:
+        return Pattern(
+            name=self.name,
+            functions=tuple(re.compile(f) for f in self.functions),
+            files=tuple(self.files),
+            modules=tuple(re.compile(m) for m in self.modules),
+            passive=self.passive,
+            mechanism=None if self.mechanism is None else str(self.mechanism),
         )
-    except (KeyError, TypeError, re.error) as exc:
-        raise HarnessError(f"{where}: bad signature entry {table!r}: {exc}") from exc
-    if not (pattern.functions or pattern.modules):
-        raise HarnessError(f"{where}: signature {pattern.name!r} needs functions or modules")
-    return pattern
 
 
-def load_signatures() -> Signatures:
-    text = resources.files("harness").joinpath("data/signatures.toml").read_text()
-    data = tomllib.loads(text)
-    runtime = tuple(pattern_from_table(t, "signatures.toml") for t in data.get("runtime", []))
-    output = tuple(
-        OutputPattern(t["name"], re.compile(t["regex"]), t["summary"])
-        for t in data.get("output", [])
+def _summary_fields(model: OutputModel) -> OutputModel:
+    groups = set(re.compile(model.regex).groupindex)
+    try:
+        names = {n for _, n, _, _ in string.Formatter().parse(model.summary) if n is not None}
+    except ValueError as exc:
+        raise fail(f"summary {model.summary!r}: {exc}") from None
+    unknown = sorted(names - groups)
+    if unknown:
+        raise fail(f"summary uses {{{unknown[0]}}}, not a named group of the regex")
+    return model
+
+
+class OutputModel(Strict):
+    """One [[output]] pattern: a regex over an output line, and its summary."""
+
+    name: Text
+    regex: Regex
+    summary: str
+
+
+class SignaturesModel(Strict):
+    """harness/data/signatures.toml."""
+
+    schema_version: Annotated[int, AfterValidator(schema_version(SIGNATURES_SCHEMA_VERSION))]
+    runtime: list[SignatureModel] = Field(default_factory=list)
+    output: list[Annotated[OutputModel, AfterValidator(_summary_fields)]] = Field(
+        default_factory=list
     )
-    return Signatures(runtime, output)
+
+
+def pattern_from_table(table: Mapping[str, Any], where: str) -> Pattern:
+    """One signature table as a Pattern; a one-line usage error naming `where`."""
+    return validate(SignatureModel, table, where).pattern()
+
+
+def signatures_from_file(path: Path) -> Signatures:
+    model = validate(SignaturesModel, read_toml(path), path.name)
+    output = tuple(OutputPattern(o.name, re.compile(o.regex), o.summary) for o in model.output)
+    return Signatures(tuple(s.pattern() for s in model.runtime), output)
+
+
+@cache
+def load_signatures() -> Signatures:
+    """The shipped signatures (harness/data/signatures.toml), validated once."""
+    with resources.as_file(resources.files("harness").joinpath("data/signatures.toml")) as path:
+        return signatures_from_file(path)
