@@ -2,6 +2,12 @@
 variables, and combinations of them ("omp-free+patch:guards.patch"), applied to a
 prepared copy of the source (never to the user's checkout).
 
+Every path a variant brings is confined (harness.contain): a transform writes only inside
+the prepared copy (a file named by an absolute or `..` path, or reached through a symlink
+that leads out of the copy, is refused, not followed); a transform is named, never given by
+path; a `patch:` of a pin's alias is read only from the pin's folder or upstream_pin/; and
+every path a patch (or a `ref:` diff) touches is checked before and after `git apply`.
+
 The omp-free transform is data (upstream_pin/fixes/omp-free.toml): which functions, in
 which files, and which pragma lines to neutralize. It works on any commit, so bisect and
 CI can apply it to history too, and it fails loudly when a function or pragma is absent.
@@ -11,12 +17,19 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import contain
 from harness.config.pin import Pin, pin_dir
+
+# the transform's types and loader live in harness.config.transform (validated at load,
+# the name resolved against the fixes folder only); re-exported here for callers
+from harness.config.transform import Transform as Transform
+from harness.config.transform import TransformTarget as TransformTarget
+from harness.config.transform import check_name as check_transform_name
+from harness.config.transform import load_transform as load_transform
 from harness.errors import HarnessError
 from harness.outcome import USAGE
 from harness.process import tools
@@ -29,6 +42,9 @@ MARK = "/* [harness omp-free] */ //"
 class Step:
     kind: VariantKind
     arg: str = ""
+    # the pin alias this step came from ("" when the user typed it): a path in a pin's
+    # alias is confined to the pin's folder, a path the user typed is theirs to name
+    alias: str = field(default="", compare=False)
 
     def label(self) -> str:
         return self.kind if not self.arg else f"{self.kind}:{self.arg}"
@@ -43,25 +59,33 @@ class Applied:
     build_env: dict[str, str] = field(default_factory=dict)
 
 
-def parse_variant(spec: str, pin: Pin, _depth: int = 0) -> list[Step]:
+def parse_variant(spec: str, pin: Pin, _depth: int = 0, _alias: str = "") -> list[Step]:
     """Expand aliases from the pin and split combinations into steps."""
     if _depth > 8:
         raise HarnessError(f"variant alias loop at {spec!r}", USAGE)
     steps: list[Step] = []
     for part in filter(None, (p.strip() for p in spec.split("+"))):
         if part in pin.variants:
-            steps += parse_variant(pin.variants[part], pin, _depth + 1)
+            steps += parse_variant(pin.variants[part], pin, _depth + 1, _alias or part)
         elif part == "stock":
             continue
         elif part == "omp-free":
-            steps.append(Step(VariantKind.OMP_FREE, "omp-free"))
+            steps.append(Step(VariantKind.OMP_FREE, "omp-free", _alias))
         elif part.startswith("omp-free:"):
-            steps.append(Step(VariantKind.OMP_FREE, part.split(":", 1)[1]))
+            name = part.split(":", 1)[1]
+            try:  # a name, not a path: refused here, before anything is prepared
+                check_transform_name(name)
+            except HarnessError as exc:
+                if not _alias:
+                    raise
+                origin = _variant_origin(part, pin, _alias)
+                raise HarnessError(f"{origin}: {exc.message}", exc.exit_code) from exc
+            steps.append(Step(VariantKind.OMP_FREE, name, _alias))
         elif part.startswith(("patch:", "ref:", "env:")):
             kind, arg = part.split(":", 1)
             if not arg:
                 raise HarnessError(f"variant {part!r} needs a value after ':'", USAGE)
-            steps.append(Step(VariantKind(kind), arg))
+            steps.append(Step(VariantKind(kind), arg, _alias))
         else:
             aliases = ", ".join(sorted(pin.variants)) or "none"
             raise HarnessError(
@@ -72,39 +96,14 @@ def parse_variant(spec: str, pin: Pin, _depth: int = 0) -> list[Step]:
     return steps
 
 
+def _variant_origin(part: str, pin: Pin, alias: str) -> str:
+    """Where a variant step was written, for an error: the pin's alias or the command line."""
+    if alias:
+        return f"{pin.file.name} [variants] {alias} ({part!r})"
+    return f"--variant {part!r}"
+
+
 # ---------------------------------------------------------------- omp-free transform
-
-
-@dataclass(frozen=True)
-class TransformTarget:
-    function: str
-    files: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Transform:
-    name: str
-    description: str
-    pragma: re.Pattern[str]
-    targets: tuple[TransformTarget, ...]
-
-
-def load_transform(name: str) -> Transform:
-    path = pin_dir() / "fixes" / f"{name}.toml"
-    if not path.is_file():
-        raise HarnessError(f"unknown transform {name!r}: {path} does not exist", USAGE)
-    try:
-        data = tomllib.loads(path.read_text())
-        return Transform(
-            name=data["name"],
-            description=data.get("description", ""),
-            pragma=re.compile(data.get("pragma", r"^\s*#\s*pragma\s+omp\b")),
-            targets=tuple(
-                TransformTarget(t["function"], tuple(t["files"])) for t in data["targets"]
-            ),
-        )
-    except (tomllib.TOMLDecodeError, KeyError, TypeError, re.error) as exc:
-        raise HarnessError(f"{path.name}: malformed transform: {exc}", USAGE) from exc
 
 
 def _strip_code(text: str) -> str:
@@ -179,15 +178,18 @@ def _neutralize(text: str, span: tuple[int, int], pragma: re.Pattern[str]) -> tu
 
 
 def apply_transform(tree: Path, transform: Transform) -> list[str]:
-    """Neutralize every matching pragma inside each target function; list what changed."""
+    """Neutralize every matching pragma inside each target function; list what changed.
+    Each target file is confined to `tree` before it is read and again when written: the
+    write goes to the resolved path with O_NOFOLLOW (harness.contain.write_confined)."""
     changes: list[str] = []
     for target in transform.targets:
         found = False
         for rel in target.files:
-            path = tree / rel
+            what = f"transform {transform.name!r}: {target.function}() files entry"
+            path = contain.confined(tree, rel, what=what)
             if not path.is_file():
                 continue
-            text = path.read_text()
+            text = contain.read_regular(path, what=what).decode("utf-8", errors="surrogateescape")
             span = function_body(text, target.function)
             if span is None:
                 continue
@@ -199,7 +201,7 @@ def apply_transform(tree: Path, transform: Transform) -> list[str]:
                     "nothing to neutralize (already fixed, or the transform is out of date)",
                     USAGE,
                 )
-            path.write_text(new)
+            contain.write_confined(tree, rel, new.encode("utf-8", "surrogateescape"), what=what)
             changes += [f"{rel}:{n} in {target.function}(): pragma neutralized" for n in lines]
             break
         if not found:
@@ -214,11 +216,19 @@ def apply_transform(tree: Path, transform: Transform) -> list[str]:
 # ---------------------------------------------------------------- patches and refs
 
 
-def apply_patch(tree: Path, patch: Path) -> list[str]:
+def apply_patch(tree: Path, patch: Path, origin: str = "") -> list[str]:
+    """`git apply` the patch onto `tree`, after checking every path it touches stays in
+    the tree (git refuses absolute paths, '..' and writes beyond a symlink itself, as
+    tests/test_containment.py shows; the check of our own holds whatever git version runs),
+    and after it, that nothing it created (a symlink) leads out of the tree."""
+    where = origin or f"patch {patch.name}"
     if not patch.is_file():
-        raise HarnessError(f"patch file not found: {patch}", USAGE)
+        raise HarnessError(f"{where}: patch file not found: {patch}", USAGE)
     argv = ["git", "apply", "--whitespace=nowarn", str(patch)]
     env = outside_any_repo(tree)
+    touched = patch_paths(tree, patch, where)
+    for rel in touched:
+        contain.confined(tree, rel, what=f"{where}: a file it changes")
     check = tools.run_tool([*argv[:2], "--check", *argv[2:]], timeout=60, cwd=tree, env=env)
     if check.error:
         raise HarnessError(f"cannot run git to apply {patch.name}: {check.error}", USAGE)
@@ -231,8 +241,49 @@ def apply_patch(tree: Path, patch: Path) -> list[str]:
     done = tools.run_tool(argv, timeout=60, cwd=tree, env=env)
     if done.returncode != 0:
         raise HarnessError(f"patch {patch.name} failed: {done.stderr.strip()}", USAGE)
+    for rel in touched:  # a symlink the patch created must not lead out of the tree
+        contain.confined(tree, rel, what=f"{where}: a file it created")
     stat = tools.run_tool(["git", "apply", "--stat", str(patch)], timeout=60, cwd=tree, env=env)
     return [f"patch {patch.name}: {line.strip()}" for line in stat.stdout.splitlines() if line]
+
+
+def patch_paths(tree: Path, patch: Path, where: str) -> list[str]:
+    """Every path the patch names (both sides of a rename), as `git apply --numstat -z`
+    reads them: records `added TAB deleted TAB path NUL`, or for a rename or copy
+    `added TAB deleted TAB NUL old NUL new NUL`. Each is checked on its text first."""
+    res = tools.run_tool(
+        ["git", "apply", "--numstat", "-z", str(patch)],
+        timeout=60,
+        cwd=tree,
+        env=outside_any_repo(tree),
+    )
+    if res.error:
+        raise HarnessError(f"cannot run git to read {patch.name}: {res.error}", USAGE)
+    if res.returncode != 0:
+        first = (res.stderr or res.stdout).strip().splitlines()[:1]
+        why = first[0] if first else "git apply --numstat failed"
+        raise HarnessError(f"patch {patch.name} does not apply: {why}", USAGE)
+    paths: list[str] = []
+    tokens = res.stdout.split("\0")
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if not token:
+            continue
+        fields = token.split("\t", 2)
+        if len(fields) != 3:
+            raise HarnessError(f"{where}: unexpected git apply output {token!r}", USAGE)
+        if fields[2]:
+            paths.append(fields[2])
+        else:  # a rename or copy: the two paths follow
+            paths += tokens[i : i + 2]
+            i += 2
+    for rel in paths:
+        problem = contain.lexical_problem(rel)
+        if problem is not None:
+            raise contain.refuse(f"{where}: a file it changes", rel, problem)
+    return paths
 
 
 def outside_any_repo(tree: Path) -> dict[str, str]:
@@ -241,9 +292,23 @@ def outside_any_repo(tree: Path) -> dict[str, str]:
     return {**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.resolve().parent)}
 
 
-def resolve_patch_path(arg: str, pin: Pin) -> Path:
-    """A patch path as given, else relative to the pin's folder, else to upstream_pin/
-    (where the shipped fixes live)."""
+def resolve_patch_path(arg: str, pin: Pin, alias: str = "") -> Path:
+    """The patch file of a `patch:` step.
+
+    Typed by the user (`alias` empty): any file they name (it is their explicit input), as
+    given, else relative to the pin's folder, else to upstream_pin/ (the shipped fixes).
+    From a pin's `[variants]` alias: only inside the pin's folder or upstream_pin/, so a
+    pin cannot make the harness read an arbitrary host file."""
+    if alias:
+        what = f"{pin.file.name} [variants] {alias} (patch:{arg})"
+        problem = contain.lexical_problem(arg)
+        if problem is not None:
+            raise contain.refuse(what, arg, problem)
+        for folder in (pin.file.parent, pin_dir()):
+            candidate = contain.confined(folder, arg, what=what)
+            if candidate.is_file():
+                return candidate
+        return contain.confined(pin.file.parent, arg, what=what)  # reported as not found
     for candidate in (Path(arg).expanduser(), pin.file.parent / arg, pin_dir() / arg):
         if candidate.is_file():
             return candidate.resolve()
@@ -262,7 +327,9 @@ def apply_steps(
         if step.kind is VariantKind.OMP_FREE:
             applied.changes += apply_transform(tree, load_transform(step.arg))
         elif step.kind is VariantKind.PATCH:
-            applied.changes += apply_patch(tree, resolve_patch_path(step.arg, pin))
+            origin = _variant_origin(step.label(), pin, step.alias)
+            patch = resolve_patch_path(step.arg, pin, step.alias)
+            applied.changes += apply_patch(tree, patch, origin)
         elif step.kind is VariantKind.ENV:
             key, sep, value = step.arg.partition("=")
             if not sep or not key:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import dashboard, outcome
+from harness import contain, dashboard, outcome
 from harness.analysis import endlogs
 from harness.vocab import CheckStatus
 
@@ -268,8 +268,20 @@ def config_for(
     if log is not None:
         return endlogs.log_config(log), str(log)
     config: dict[str, dict[str, str]] = {}
-    for rel in config_files:
-        endlogs.read_ini(tree / rel.format(env=env), config)
+    for template in config_files:
+        rel = template.format(env=env)
+        # confined to the tree: an absolute or '..' entry, or a config file that is a link
+        # out of the tree, is refused (one line naming the entry), never read; a file that
+        # is not regular (a FIFO) is read as missing, not waited on
+        what = f"config_files entry {template!r}"
+        problem = contain.lexical_problem(rel)
+        if problem is not None:
+            raise contain.refuse(what, rel, problem)
+        if not tree.is_dir():  # a saved log checked without its tree: nothing to read
+            continue
+        path = contain.confined(tree, rel, what=what)
+        if path.is_file():
+            endlogs.read_ini(path, config)
     for arg in _joined_flags(argv):
         m = _FLAG.match(arg)
         if m:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 from pathlib import Path
 
+from harness import contain
 from harness.dashboard.values import parse_number
+from harness.errors import HarnessError
 
 MAX_LOG_BYTES = 16 * 1024 * 1024  # per end-of-run log file read
 
@@ -53,9 +56,11 @@ def read_ini(path: Path, into: dict[str, dict[str, str]]) -> None:
     keys case kept; a file that is missing or does not parse adds nothing."""
     parser = configparser.ConfigParser(interpolation=None, strict=False)
     parser.optionxform = str  # type: ignore[assignment,method-assign]
+    # bounded, regular files only, bytes that are not UTF-8 replaced: a trainer's log in
+    # Latin-1 must not end a passing run in an internal error
     try:
-        parser.read(path)
-    except configparser.Error:
+        parser.read_string(_read_capped(path), source=str(path))
+    except (configparser.Error, ValueError):
         return
     for section in parser.sections():
         into.setdefault(section, {}).update(parser.items(section))
@@ -86,11 +91,16 @@ def _listdir(d: Path) -> list[Path]:
 
 
 def _read_capped(path: Path) -> str:
+    # a regular file only: a FIFO in a live run's folder must not block the read
     try:
-        with open(path, "rb") as fh:
-            return fh.read(MAX_LOG_BYTES).decode("utf-8", "replace")
-    except OSError:
+        fd = contain.open_regular(path, what="end-of-run log")
+    except HarnessError:
         return ""
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            return fh.read(MAX_LOG_BYTES).decode("utf-8", "replace")
+        except OSError:
+            return ""
 
 
 def _ini_metrics(path: Path) -> dict[str, float]:

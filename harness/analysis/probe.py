@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from harness import contain
 from harness.analysis.checks import CheckResult
 from harness.config.pin import Pin
 from harness.errors import HarnessError
@@ -50,13 +51,22 @@ def compile_driver(pin: Pin, tree: Path, env: str, out: Path) -> Path:
     if not driver.is_file():
         raise HarnessError(f"pin {pin.name}: unknown probe driver {spec['driver']!r}", USAGE)
     header = str(spec.get("header", "ocean/{env}/{env}.h")).format(env=env)
-    if not (tree / header).is_file():
+    # the header and the include folders are confined to the tree: the probe compiles
+    # against the source under test, never a file elsewhere on the host
+    what = f"{pin.file.name} [probe]"
+    header_path = contain.confined(tree, header, what=f"{what} header")
+    if any(c in header for c in '"\\\n'):  # it is spliced into -DENV_HEADER="..."
+        raise contain.refuse(f"{what} header", header, "a quote, backslash or newline in it")
+    includes = [
+        contain.confined(tree, str(inc), what=f"{what} include") for inc in spec.get("include", [])
+    ]
+    if not header_path.is_file():
         raise HarnessError(f"env header {header} not found in the source of pin {pin.name}", USAGE)
     source = out / "probe.c"
     source.write_text(driver.read_text())
     binary = out / "probe"
     argv = [shutil.which("gcc") or "gcc", "-O2", "-g", f'-DENV_HEADER="{header}"', f"-I{tree}"]
-    argv += [f"-I{tree / inc}" for inc in spec.get("include", [])]
+    argv += [f"-I{inc}" for inc in includes]
     argv += [str(source), "-o", str(binary), "-lm"]
     res = tools.run_tool(argv, timeout=COMPILE_TIMEOUT_S, cwd=out)
     if res.error:

@@ -66,8 +66,10 @@ def _variant_touches(spec: str, pin: Pin, config_files: Sequence[str]) -> bool:
         if step.kind == "ref":
             return True
         if step.kind == "patch":
+            # a pin alias's patch is read from the pin's folders only (HarnessError otherwise)
+            path = variants.resolve_patch_path(step.arg, pin, step.alias)
             try:
-                text = variants.resolve_patch_path(step.arg, pin).read_text(errors="replace")
+                text = path.read_text(errors="replace")
             except OSError:
                 return True
             if any(f"/{rel}" in text for rel in config_files):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness import contain
 from harness.analysis import endlogs
 from harness.report import store
 from harness.report.model import EVIDENCE_DIR, Report
@@ -17,12 +18,25 @@ ENDLOG_STEM = "end-of-run"
 
 
 def inside(root: Path, rel: str) -> bool:
-    """`rel` names a file under `root` (a config path like ../x.ini would not)."""
+    """`rel` names a file under `root`: not absolute, no '..' out of it, no symlink that
+    leads out of it (a config path like ../x.ini, or a config file that is a link to
+    /etc/passwd, would not)."""
+    return contain.is_inside(root, rel)
+
+
+def _regular_in(root: Path, path: Path) -> str | None:
+    """Why `path` (a file the trainer left under `root`) is not copied, or None: the copy
+    follows no link out of `root` and reads only a regular file (a FIFO, or a link to
+    /dev/zero, would block or never end)."""
     try:
-        (root / rel).resolve().relative_to(root.resolve())
+        rel = path.relative_to(root)
     except ValueError:
-        return False
-    return not Path(rel).is_absolute()
+        return f"{path} is not under {root}"
+    if not contain.is_inside(root, rel):
+        return f"{path} leads out of {root}"
+    if path.exists() and not path.resolve().is_file():
+        return f"{path} is not a regular file"
+    return None
 
 
 def save_build_evidence(
@@ -35,7 +49,13 @@ def save_build_evidence(
         if not inside(tree, rel):
             report.notes.append(f"config file {rel} is outside the build tree: not kept")
             continue
-        store.copy_evidence(report, f"config:{rel}", tree / rel, f"config/{rel}")
+        why = _regular_in(tree, tree / rel)
+        if why is not None:
+            report.notes.append(f"config file {rel}: {why}: not kept")
+            continue
+        store.copy_evidence(
+            report, f"config:{rel}", contain.confined(tree, rel, what=rel), f"config/{rel}"
+        )
     store.save(report)
 
 
@@ -46,7 +66,19 @@ def save_endlog_evidence(report: Report, run_dir: Path, env: str, started_at: fl
     if log is None:
         return None
     rel = f"run/logs/{env}/{ENDLOG_STEM}"
-    report.notes.append(f"end-of-run log {log} kept as {EVIDENCE_DIR}/{rel}.ini")
-    store.copy_evidence(report, "endlog_ini", log, f"{rel}.ini")
-    store.copy_evidence(report, "endlog_jsonl", log.with_suffix(".jsonl"), f"{rel}.jsonl")
+    if "/" in env or contain.lexical_problem(rel) is not None:  # env names a folder here
+        report.notes.append(f"end-of-run log of env {env!r}: not kept (not a plain name)")
+        return None
+    # the trainer has exited: nothing moves a checked file before it is copied
+    for name, src, suffix in (
+        ("endlog_ini", log, ".ini"),
+        ("endlog_jsonl", log.with_suffix(".jsonl"), ".jsonl"),
+    ):
+        why = _regular_in(Path(run_dir), src)
+        if why is not None:
+            report.notes.append(f"end-of-run log {src.name}: {why}: not kept")
+            continue
+        if name == "endlog_ini":
+            report.notes.append(f"end-of-run log {log} kept as {EVIDENCE_DIR}/{rel}.ini")
+        store.copy_evidence(report, name, src.resolve(), f"{rel}{suffix}")
     return log

@@ -23,7 +23,7 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import variants
+from harness import contain, variants
 from harness.build import cache_root
 from harness.config.pin import UNVERIFIED, Pin
 from harness.errors import HarnessError
@@ -37,7 +37,13 @@ from harness.source.gitrepo import (
     head_commit,
     open_repo,
 )
-from harness.source.verify import Verification, check_files, sha256_file, summarize
+from harness.source.verify import (
+    Verification,
+    check_files,
+    pinned_file,
+    sha256_file,
+    summarize,
+)
 from harness.vocab import SourceStatus
 
 NETWORK_TIMEOUT_S = 600.0
@@ -47,8 +53,18 @@ def _git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> str:
     return git_result(root, *args, timeout=timeout).stdout
 
 
+def _in_cache(folder: str, name: str, pin: Pin) -> Path:
+    """cache_root()/folder/name for a name made from the pin's name: confined to that
+    folder (a pin named ../../x must not make a clone, or its removal, land elsewhere)."""
+    base = cache_root() / folder
+    base.mkdir(parents=True, exist_ok=True)
+    if "/" in name or name in (".", ".."):
+        raise contain.refuse(f"{pin.file.name} name", name, "not a plain name")
+    return contain.confined(base, name, what=f"{pin.file.name} name")
+
+
 def managed_checkout(pin: Pin) -> Path:
-    return cache_root() / "checkouts" / pin.name
+    return _in_cache("checkouts", pin.name, pin)
 
 
 def locate_checkout(pin: Pin, checkout: Path | None) -> Path:
@@ -118,9 +134,7 @@ def export_tree(pin: Pin, root: Path, dest: Path, commit: str | None = None) -> 
 def mirror(pin: Pin, root: Path) -> Path:
     """A harness-owned bare clone that borrows the checkout's objects: fetches land here."""
     key = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
-    path = (
-        cache_root() / "repos" / f"{pin.name}-{key}.git"
-    )  # per checkout: --shared borrows its objects
+    path = _in_cache("repos", f"{pin.name}-{key}.git", pin)  # per checkout: --shared borrows
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".partial")
@@ -173,7 +187,7 @@ def ref_applier(pin: Pin, root: Path, base: str | None = None) -> Callable[[Path
         patch = tree.with_name(f"{tree.name}.{ref.replace('/', '_')}.patch")
         patch.write_text(diff)
         try:
-            variants.apply_patch(tree, patch)
+            variants.apply_patch(tree, patch, f"ref:{ref} ({commit[:12]})")
         finally:
             patch.unlink(missing_ok=True)
         files = [
@@ -242,10 +256,10 @@ def update_pin_file(pin: Pin, root: Path, commit: str | None) -> list[str]:
         raise HarnessError(f"pin {pin.name} lists no [files] to hash", USAGE)
     lines = []
     for rel in names:
-        path = root / rel
+        path = pinned_file(pin, root, rel)
         if not path.is_file():
             raise HarnessError(f"{rel} (listed in {pin.file.name}) is missing from {root}", USAGE)
-        digest = sha256_file(path)
+        digest = sha256_file(path, what=f"{pin.file.name} [files] {rel!r}")
         if pin.files[rel] != digest:
             changes.append(f"{rel}: {pin.files[rel][:16]} → {digest[:16]}")
         lines.append(f'"{rel}" = "{digest}"')

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from harness import contain
 from harness.build import cache_root
 from harness.config.pin import Pin
 from harness.errors import HarnessError
@@ -24,7 +25,14 @@ MAX_SDIST_BYTES = 512 * 1024 * 1024
 
 
 def sdist_path(pin: Pin) -> Path:
-    return cache_root() / "sdists" / pin.source.filename
+    """Where the sdist is cached: its file name is the pin's, confined to the cache's
+    sdists/ folder (a name like ../../x would write the download anywhere)."""
+    folder = cache_root() / "sdists"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = pin.source.filename
+    if "/" in name or name in ("", ".", ".."):
+        raise contain.refuse(f"{pin.file.name} [source] filename", name, "not a plain file name")
+    return contain.confined(folder, name, what=f"{pin.file.name} [source] filename")
 
 
 def _sdist_url(pin: Pin) -> str:
@@ -112,16 +120,31 @@ def unpack(pin: Pin, sdist: Path, dest: Path) -> list[str]:
 
 
 def prepare(pin: Pin, tree: Path) -> list[str]:
+    """The pin's [prepare] steps on the unpacked tree, each path confined to it: a
+    `remove = ["/"]` or a link out of the sdist must never reach the host."""
     spec = pin.raw.get("prepare", {})
     changes: list[str] = []
     for rel in spec.get("mkdirs", []):
-        (tree / rel).mkdir(parents=True, exist_ok=True)
+        path = contain.confined(tree, rel, what=f"{pin.file.name} [prepare] mkdirs")
+        path.mkdir(parents=True, exist_ok=True)
         changes.append(f"prepare: created empty folder {rel}")
     for rel in spec.get("remove", []):
-        target = tree / rel
-        if not target.exists():
+        what = f"{pin.file.name} [prepare] remove"
+        problem = contain.lexical_problem(rel)
+        name = Path(rel).name
+        if problem is None and name in ("", ".", ".."):
+            problem = "it names a folder of the tree, not an entry in it"
+        if problem is not None:
+            raise contain.refuse(what, rel, problem)
+        # the folder is confined; the entry itself is removed as it is (a link is unlinked,
+        # never followed: where it leads is not the tree's to remove)
+        target = contain.confined(tree, str(Path(rel).parent), what=what) / name
+        if not target.is_symlink() and not target.exists():
             raise HarnessError(f"pin {pin.name} [prepare]: {rel} is not in the sdist", USAGE)
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
         changes.append(f"prepare: removed {rel}")
     return changes
 

@@ -5,12 +5,14 @@ and its human-readable forms. Shared by every source kind."""
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 # the module, not its names: harness.config.pin may come to import this module itself, and
 # UNVERIFIED is only read when a check runs, long after both modules have loaded
+from harness import contain
 from harness.config import pin as pinmod
 from harness.vocab import FileStatus, SourceStatus
 
@@ -18,12 +20,22 @@ if TYPE_CHECKING:
     from harness.config.pin import Pin
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path, what: str = "") -> str:
+    """The sha256 of a regular file (a FIFO, a device or a link put in its place is
+    refused, not read: a link to /dev/zero would never end)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with os.fdopen(contain.open_regular(path, what=what or str(path)), "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def pinned_file(pin: Pin, root: Path, rel: str) -> Path:
+    """The file a pin's [files] key names, confined to the source root: a key such as
+    "/etc/shadow", "../../x" or a path through a symlink that leads out of the tree is
+    refused (naming the pin file and the key) before anything reads or hashes it. The pin
+    loader refuses such keys too; this holds for a Pin built in code as well."""
+    return contain.confined(root, rel, what=f"{pin.file.name} [files]")
 
 
 @dataclass
@@ -71,8 +83,8 @@ class Verification:
 def check_files(pin: Pin, root: Path) -> list[FileCheck]:
     checks = []
     for rel, expected in sorted(pin.files.items()):
-        path = root / rel
-        actual = sha256_file(path) if path.is_file() else None
+        path = pinned_file(pin, root, rel)
+        actual = sha256_file(path, f"{pin.file.name} [files]") if path.is_file() else None
         if expected.startswith(pinmod.UNVERIFIED):
             status = FileStatus.UNVERIFIED
         elif actual is None:
