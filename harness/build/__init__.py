@@ -1,9 +1,21 @@
 """Build a prepared source tree with the upstream's own build command, cached by inputs.
 
 The cache key is sha256 over (the prepared tree's content — so the variant's changes are
-in it —, the env, the build command and environment, the toolchain versions). A hit costs a
-tree hash; a miss runs the build in the cache folder, keeps its log, and marks the build
-complete only at the end so an interrupted build is never mistaken for a good one.
+in it —, the env, the build command and environment, the toolchain versions). A miss runs
+the build in the cache folder, keeps its log, and marks the build complete only at the end
+so an interrupted build is never mistaken for a good one. The build command runs under the
+reaper, like the trainer (`tools.run_tool(..., reaped=True)`): nothing it starts outlives
+the harness, even a SIGKILLed one.
+
+The cache checks itself. The marker records what the build produced: size and sha256 of
+each declared output and of each config file the run reads (`pin.config_files`, for every
+env), and the size of every other file of the built tree. A hit costs a tree hash of the
+prepared tree plus a check of the entry: sizes of every recorded file (a stat each), then
+the hashes of the outputs and config files (a few ms on the replica). An entry that fails
+it — a truncated or deleted binary, a deleted config folder, a truncated, garbled or
+foreign marker — is set aside and rebuilt (a build that never finished is deleted), and
+`BuildResult.notes` says why (for the report). Declared outputs must lie inside the build
+tree: an absolute path, a `..` escape or a link out of it is refused, never hashed.
 
 Concurrent harnesses (parallel test workers, a sweep next to a bisect) share the cache: one
 build of a key at a time, under an exclusive flock on `<key folder>.lock` held from the
@@ -15,8 +27,6 @@ The marker is written atomically: a reader never sees half of one.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -29,14 +39,21 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
+from harness.build.entry import (
+    IGNORED_NAMES,
+    MARKER,
+    MARKER_FORMAT,
+    check_entry,
+    locked,
+    record,
+    set_aside,
+)
 from harness.config.pin import Pin
+from harness.contain import confined, is_inside
 from harness.errors import HarnessError
 from harness.files import atomic_write
 from harness.outcome import BUILD_FAILED
 from harness.process import tools
-
-MARKER = ".harness-build.json"
-IGNORED_NAMES = {".git", "logs", "checkpoints", "__pycache__", MARKER}
 
 GENERIC_HINTS: tuple[tuple[str, str], ...] = (
     (r"ccache: (command )?not found", "install ccache (the upstream build.sh requires it)"),
@@ -76,6 +93,8 @@ class BuildResult:
     first_error: str = ""
     hint: str = ""
     toolchain: dict[str, str] = field(default_factory=dict)
+    # what the caller should tell the reader: a damaged cache entry removed and rebuilt
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
@@ -161,19 +180,6 @@ def _hint(log: str, pin: Pin) -> str:
     return ""
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive flock on `path` (created, never removed: removing a lock file another
-    process holds open would let a third lock a new file of the same name)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def build_key(
     tree_digest: str, pin: Pin, env: str, build_env: Mapping[str, str]
 ) -> tuple[str, dict[str, str]]:
@@ -196,29 +202,41 @@ def build_key(
 
 def build(prepared: Path, pin: Pin, env: str, extra_env: Mapping[str, str]) -> BuildResult:
     """Build `prepared` (a scratch tree this function takes ownership of) for `env`."""
+    try:  # before anything is built: outputs must lie inside the build copy
+        for out in pin.build_outputs:
+            confined(prepared, out, what=f"{pin.file}: build.outputs")
+    except HarnessError:
+        shutil.rmtree(prepared, ignore_errors=True)
+        raise
     build_env = {**pin.build_env, **extra_env}
     env_part = env if pin.build_per_env else "all"
     key, toolchain = build_key(tree_hash(prepared), pin, env_part, build_env)
-    final = cache_root() / "builds" / f"{pin.name}-{env_part}-{key}"
+    # the pin's and env's names are data: a name with "/" or ".." must not leave the cache
+    entry_name = f"{pin.name}-{env_part}-{key}"
+    if "/" in entry_name or entry_name.startswith("."):
+        shutil.rmtree(prepared, ignore_errors=True)
+        raise HarnessError(f"{pin.file}: pin and env names must be plain names: {entry_name!r}")
+    builds = cache_root() / "builds"
+    builds.mkdir(parents=True, exist_ok=True)
+    final = confined(builds, entry_name, what=f"{pin.file}: name")
     command = pin.render_build(env)
     log_path = final.with_name(final.name + ".log")
-    with _locked(final.with_name(final.name + ".lock")):
+    notes: list[str] = []
+    with locked(final.with_name(final.name + ".lock")):
         marker = final / MARKER
-        if marker.is_file():
-            shutil.rmtree(prepared, ignore_errors=True)
-            meta = json.loads(marker.read_text())
-            return BuildResult(
-                True,
-                final,
-                key,
-                True,
-                0.0,
-                log_path,
-                command,
-                build_env,
-                toolchain=toolchain,
-                hint=f"built {meta.get('built_at', '?')}",
-            )
+        # an entry without a marker is a build that failed or never finished: no run ever
+        # used it, so it is deleted and rebuilt without a note; one with a marker was used
+        finished = marker.exists() or marker.is_symlink()
+        if finished:
+            entry = check_entry(final, key, pin)
+            if not isinstance(entry, str):
+                shutil.rmtree(prepared, ignore_errors=True)
+                hint = f"built {entry.built_at}"
+                return BuildResult(
+                    True, final, key, True, 0.0, log_path, command, build_env, hint=hint,
+                    toolchain=toolchain,
+                )  # fmt: skip
+            notes.append(f"build cache entry {final.name} failed its check: {entry}; rebuilt")
         missing = [t for t in pin.build_tools if shutil.which(t) is None]
         if missing:
             shutil.rmtree(prepared, ignore_errors=True)
@@ -227,7 +245,7 @@ def build(prepared: Path, pin: Pin, env: str, extra_env: Mapping[str, str]) -> B
                 "(install them; ./setup.sh installs gcc, gdb, elfutils, git and ccache)",
                 BUILD_FAILED,
             )
-        shutil.rmtree(final, ignore_errors=True)
+        set_aside(final, may_be_in_use=finished)
         prepared.rename(final)
         start = time.monotonic()
         res = tools.run_tool(
@@ -236,11 +254,14 @@ def build(prepared: Path, pin: Pin, env: str, extra_env: Mapping[str, str]) -> B
             cwd=final,
             env={**os.environ, **build_env},
             stdout_path=log_path,
+            reaped=True,  # the build's tree dies with the harness, even a SIGKILLed one
         )
         duration = time.monotonic() - start
         log = log_path.read_text(errors="replace")
         missing_out = [o for o in pin.build_outputs if not (final / o).exists()]
-        ok = res.returncode == 0 and not missing_out
+        linked_out = [
+            o for o in pin.build_outputs if o not in missing_out and not is_inside(final, o)
+        ]
         first = ""
         if res.timed_out:
             first = f"build timed out after {pin.build_timeout_s:g}s"
@@ -250,29 +271,30 @@ def build(prepared: Path, pin: Pin, env: str, extra_env: Mapping[str, str]) -> B
             first = _first_error(log) or f"build command exited {res.returncode}"
         elif missing_out:
             first = f"build succeeded but produced no {', '.join(missing_out)}"
-        if ok:
+        elif linked_out:
+            first = f"build output {linked_out[0]} is a link out of the build tree"
+        if not first:
+            try:
+                files = record(final, pin)
+            except (OSError, HarnessError) as exc:
+                first = f"cannot record the build's files: {exc}"
+        if not first:
             atomic_write(
                 marker,
                 json.dumps(
                     {
+                        "format": MARKER_FORMAT,
                         "key": key,
                         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                         "duration_s": duration,
                         "command": command,
                         "toolchain": toolchain,
+                        **files,
                     }
                 ),
             )
         return BuildResult(
-            ok,
-            final,
-            key,
-            False,
-            duration,
-            log_path,
-            command,
-            build_env,
-            first_error=first,
-            hint="" if ok else _hint(log, pin),
-            toolchain=toolchain,
-        )
+            not first, final, key, False, duration, log_path, command, build_env,
+            first_error=first, hint=_hint(log, pin) if first else "", toolchain=toolchain,
+            notes=notes,
+        )  # fmt: skip

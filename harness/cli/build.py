@@ -11,6 +11,7 @@ from harness.config.defaults import default_pin
 from harness.config.pin import check_env, load_pin
 from harness.outcome import BUILD_FAILED
 from harness.pipeline.stages import build_failed_verdict, verify_prepare_build
+from harness.text import terminal_safe
 
 NAME = "build"
 
@@ -32,11 +33,14 @@ def command(args: argparse.Namespace) -> int:
     check_env(pin, args.env)
     built = verify_prepare_build(pin, args.env, args.variant, args.checkout, args.allow_drift)
     res = built.result
+    for note in res.notes:  # a damaged cache entry was rebuilt: say why
+        print(f"harness: note: {terminal_safe(note)}", file=sys.stderr)
     state = "cache hit" if res.cache_hit else f"built in {res.duration_s:.1f}s"
     if res.ok:
         print(f"harness: {pin.name} {args.env} [{args.variant}] {state}: {res.tree}")
         print(f"harness: verification {built.verification.describe()}; log {res.log_path}")
         return 0
-    print(f"harness: {build_failed_verdict(res).summary}", file=sys.stderr)
+    # the compiler's first error line may carry colour codes
+    print(f"harness: {terminal_safe(build_failed_verdict(res).summary)}", file=sys.stderr)
     print(f"harness: build log: {res.log_path}", file=sys.stderr)
     return BUILD_FAILED

@@ -278,6 +278,8 @@ def _build_all(
             builds[spec] = FAILED + exc.message
             continue
         state = "cache hit" if res.cache_hit else f"built in {res.duration_s:.1f}s"
+        if res.notes:  # a damaged cache entry was rebuilt
+            state += f" ({'; '.join(res.notes)})"
         builds[spec] = f"{state}, key {res.key}" if res.ok else FAILED + res.first_error
     return builds
 

@@ -21,7 +21,9 @@ more, so no child escapes between scan and kill), then SIGKILL to each (through 
 opened after checking the start time: a recycled pid is never signalled) and to the process
 group of each recorded session, rescanning until nothing recorded is alive. It writes one
 line to stderr and exits 0. After "done" (the harness killed and reaped the tree itself) it
-exits without killing anything.
+exits without killing anything; after "kill" it kills the tree the same way, silently, and
+exits: how a build ends (`tools.run_tool(..., reaped=True)`: the build command runs like the
+trainer, under its own reaper, with PR_SET_PDEATHSIG and the cookie).
 
 The reaper is its own process in its own session (`start_new_session`), so a SIGKILL of the
 harness's process group does not take it along; it imports only the standard library and
@@ -214,10 +216,13 @@ class Tracker:
 
 
 def serve(ctl_fd: int, harness_pid: int) -> int:
-    """The reaper process: follow the trainer until "done" or until the pipe closes."""
+    """The reaper process: follow the tree until "done", "kill" or until the pipe closes."""
     for sig in (signal.SIGINT, signal.SIGHUP):  # the harness's terminal is not ours
         signal.signal(sig, signal.SIG_IGN)
-    os.write(1, b"ready\n")
+    try:
+        os.write(1, b"ready\n")
+    except BrokenPipeError:
+        return 0  # the harness was interrupted while starting us: nothing to watch
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # the harness stops reading; nothing else goes there
     os.close(devnull)
@@ -242,6 +247,10 @@ def serve(ctl_fd: int, harness_pid: int) -> int:
                 line, _, buf = buf.partition(b"\n")
                 words = line.split()
                 if words[:1] == [b"done"]:
+                    return 0
+                if words[:1] == [b"kill"]:  # the harness ends the tree through us (a build)
+                    if tracker is not None:
+                        tracker.kill_all()
                     return 0
                 if words[:1] == [b"watch"] and len(words) in (2, 3):
                     cookie = words[2].decode() if len(words) == 3 else ""
@@ -369,13 +378,21 @@ class Reaper:
 
     def release(self) -> None:
         """The harness cleaned up itself: the reaper exits without killing anything."""
-        self._send("done\n")
+        self._end("done\n")
+
+    def kill(self) -> None:
+        """Kill the watched tree now, as on the harness's death (escapees that left its
+        session included), and wait until the reaper is done: how a build ends."""
+        self._end("kill\n", KILL_DEADLINE_S + 5)
+
+    def _end(self, line: str, wait_s: float = 5.0) -> None:
+        self._send(line)
         self._close()
         if self.proc is not None:
             import subprocess
 
             try:
-                self.proc.wait(timeout=5)
+                self.proc.wait(timeout=wait_s)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

@@ -18,9 +18,11 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import psutil
 
+from harness.process import reaper
 from harness.process.proctree import kill_tree
 
 # what ptrace-based tools (gdb, eu-stack, py-spy) print when the kernel refuses to attach
@@ -64,45 +66,54 @@ def run_tool(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     stdout_path: Path | None = None,
+    reaped: bool = False,
 ) -> ToolResult:
     """Run an external tool with a hard timeout; on timeout its whole session is killed.
 
     With `stdout_path`, stdout and stderr go to that file (build logs) instead of memory.
+    With `reaped` (the build), the tool runs like the trainer: under its own reaper process,
+    with PR_SET_PDEATHSIG and the reaper's cookie in its environment, so that its whole tree
+    (compilers that called setsid or double-forked included) dies even when the harness is
+    SIGKILLed; on timeout, on interruption and at its end that tree is killed through the
+    reaper too. It costs a reaper start (about 30 ms): not for quick tool calls.
     """
     start = time.monotonic()
     out_file = open(stdout_path, "wb") if stdout_path else None  # noqa: SIM115
+    guard: reaper.Reaper | None = None
     try:
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stdin=subprocess.DEVNULL,
-            stdout=out_file or subprocess.PIPE,
-            stderr=subprocess.STDOUT if out_file else subprocess.PIPE,
-            start_new_session=True,
-        )
+        guard = reaper.start() if reaped else None
+        proc = _launch(argv, cwd, env, out_file, guard)
     except OSError as exc:
         if out_file:
             out_file.close()
+        if guard is not None:
+            guard.release()
         return ToolResult(list(argv), None, error=str(exc), duration_s=time.monotonic() - start)
+    except BaseException:
+        if out_file:
+            out_file.close()
+        raise
     timed_out = False
     try:
         out, err = proc.communicate(timeout=max(timeout, 0.1))
         code: int | None = proc.returncode
     except subprocess.TimeoutExpired:
-        kill_tree(proc, proc.pid)
+        _kill(proc, guard)
         timed_out, code, out, err = True, None, b"", b""
         # a grandchild stuck in D state may hold the pipes open: do not wait on it forever
         with contextlib.suppress(subprocess.TimeoutExpired):
             out, err = proc.communicate(timeout=5)
     except BaseException:
-        kill_tree(proc, proc.pid)
+        _kill(proc, guard)
         raise
     finally:
         if out_file:
             out_file.close()
-    # whatever the tool left running in its session (`cmd &` in a build script) goes too
+    # whatever the tool left running in its session (`cmd &` in a build script) goes too,
+    # and through the reaper what left the session (`setsid cmd &`, a daemon's double fork)
     kill_leftovers(proc.pid)
+    if guard is not None:
+        guard.kill()
     return ToolResult(
         list(argv),
         code,
@@ -111,6 +122,67 @@ def run_tool(
         time.monotonic() - start,
         timed_out,
     )
+
+
+def _launch(
+    argv: Sequence[str],
+    cwd: Path | None,
+    env: Mapping[str, str] | None,
+    out_file: BinaryIO | None,
+    guard: reaper.Reaper | None,
+) -> subprocess.Popen[bytes]:
+    """Start the tool in its own session; with `guard`, through the PR_SET_PDEATHSIG wrapper,
+    with the cookie, and watched by `guard` before it can fork (as the runner starts the
+    trainer). Raises OSError when it cannot start."""
+    if guard is None:
+        return subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.DEVNULL,
+            stdout=out_file or subprocess.PIPE,
+            stderr=subprocess.STDOUT if out_file else subprocess.PIPE,
+            start_new_session=True,
+        )
+    cookie = reaper.new_cookie()
+    status_r, status_w = os.pipe()  # the wrapper's exec errno, or EOF once it exec'd
+    try:
+        try:
+            proc = subprocess.Popen(
+                reaper.pdeathsig_argv(argv, status_w),
+                cwd=cwd,
+                env={**(os.environ if env is None else env), reaper.COOKIE_VAR: cookie},
+                stdin=subprocess.DEVNULL,
+                stdout=out_file or subprocess.PIPE,
+                stderr=subprocess.STDOUT if out_file else subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=(status_w,),
+            )
+        finally:
+            os.close(status_w)
+        guard.watch(proc.pid, cookie)
+        try:
+            errno_ = reaper.exec_status(status_r)
+        except BaseException:  # interrupted while the wrapper starts: kill it, then raise
+            _kill(proc, guard)
+            raise
+    except BaseException:
+        guard.release()
+        raise
+    finally:
+        os.close(status_r)
+    if errno_ is not None:
+        proc.communicate()
+        raise OSError(errno_, f"{os.strerror(errno_)}: {argv[0]!r}")
+    return proc
+
+
+def _kill(proc: subprocess.Popen[bytes], guard: reaper.Reaper | None) -> None:
+    """Kill the tool's tree and reap it: through its reaper first when it has one (it
+    freezes the tree, then kills it, escapees included), then its session and descendants."""
+    if guard is not None:
+        guard.kill()
+    kill_tree(proc, proc.pid)
 
 
 def _session_of(pid: int) -> int | None:
