@@ -27,6 +27,7 @@ import codecs
 import contextlib
 import fcntl
 import os
+import secrets
 import threading
 import time
 from collections import deque
@@ -384,6 +385,15 @@ class OutputPump(threading.Thread):
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         expected = lines_seen = 0
         ended_line = True
+        # under GitHub Actions the runner reads workflow commands from stderr too: the
+        # trainer's own lines ("::error::…", "::add-mask::…") must stay text, so the echo is
+        # wrapped in ::stop-commands:: with a token the trainer cannot guess
+        resume = ""
+        if os.environ.get("GITHUB_ACTIONS") == "true":
+            token = secrets.token_hex(16)
+            resume = f"::{token}::\n"
+            if not self._echo_write(f"::stop-commands::{token}\n"):
+                return
         while (chunks := self._echo_backlog.take()) is not None:
             parts: list[str] = []
             for chunk in chunks:
@@ -399,8 +409,8 @@ class OutputPump(threading.Thread):
                 parts.append(decoder.decode(chunk.data))
             ended_line = chunks[-1].data.endswith(b"\n")
             if not self._echo_write("".join(parts)):
-                return
-        self._echo_write(decoder.decode(b"", final=True) + ("" if ended_line else "\n"))
+                return  # the terminal is gone: nothing to resume on it either
+        self._echo_write(decoder.decode(b"", final=True) + ("" if ended_line else "\n") + resume)
 
     def _echo_write(self, text: str) -> bool:
         """Show text on the terminal; False once the terminal is gone (the pump goes on)."""

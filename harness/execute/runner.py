@@ -19,13 +19,21 @@ import psutil
 from harness import dashboard
 from harness.errors import HarnessError, Interrupted
 from harness.execute.output import OutputPump
-from harness.execute.watchdog import Limits, Trigger, Watchdog
-from harness.execute.watchloop import WatchLoop
+from harness.execute.watchdog import Limits, Pause, Trigger, Watchdog, pause_threshold
+from harness.execute.watchloop import WATCH_INTERVAL_S, WatchLoop
+from harness.files import write_failure
 from harness.process import proctree, reaper
 from harness.sampling.model import SampleSet, Snapshot
 from harness.sampling.sample import sample_tree
 
 POLL_S = 0.1
+# CLOCK_BOOTTIME counts a suspend of the machine, which CLOCK_MONOTONIC (the watchdog's
+# clock) does not: read beside it only to note a suspend (harness/execute/watchdog.py)
+_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def _boottime() -> float | None:
+    return None if _BOOTTIME is None else time.clock_gettime(_BOOTTIME)
 
 
 @dataclass(frozen=True)
@@ -70,8 +78,10 @@ class RunOutcome:
     unparsed_lines: int = 0
     frames_total: int = 0
     # degradations of the run itself, one line each, for the report (the execution layer
-    # never prints: the report and the summary say it)
+    # never prints: the report and the summary say it); a pause of the harness is one
     notes: list[str] = field(default_factory=list)
+    # time the harness did not see (stopped, starved, suspended): the first MAX_PAUSES
+    pauses: list[Pause] = field(default_factory=list)
 
     @property
     def signal(self) -> int | None:
@@ -213,8 +223,11 @@ def run_watched(
 ) -> RunOutcome:
     """Run `spec` to completion or until the watchdog fires; never leaves a process behind."""
     proctree.become_subreaper()
-    spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-    spec.log_path.write_bytes(b"")
+    try:  # a disk that filled up during the build: one line, before anything is started
+        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        spec.log_path.write_bytes(b"")
+    except OSError as exc:
+        raise HarnessError(f"cannot create {spec.log_path}: {write_failure(exc)}") from None
     try:
         parser = dashboard.get_parser(spec.parser)  # before launch: nothing to clean up yet
     except ValueError as exc:
@@ -228,7 +241,9 @@ def run_watched(
     start = time.monotonic()
     pump = OutputPump(read_fd, spec.log_path, parser, echo)
     pump.start()
-    dog = Watchdog(limits, start)
+    # a look far later than the watch loop's cadence is a pause of the harness
+    dog = Watchdog(limits, start, pause_after_s=pause_threshold(WATCH_INTERVAL_S))
+    dog.resync(start, _boottime())
     watch = WatchLoop(proc.pid, start, quiescence=limits.quiescent_s > 0)
     seen: dict[int, psutil.Process] = {}
     samples: SampleSet | None = None
@@ -244,6 +259,9 @@ def run_watched(
         next_tick = start
         while True:
             now = time.monotonic()
+            if dog.look(now, _boottime()) is not None:
+                # the tree was not looked at meanwhile: its quiet run proves nothing now
+                watch.reset_quiet()
             for t in pump.take_progress():
                 dog.progress(t)
             if proc.poll() is not None:
@@ -282,6 +300,7 @@ def run_watched(
                     dog.quiet(None)
                     samples, sampling_s = None, 0.0
                     trigger, reason = Trigger.EXIT, "exited"
+                    dog.resync(time.monotonic(), _boottime())  # the dump is no pause
                     time.sleep(POLL_S)
                     continue
                 if samples is not None:
@@ -325,7 +344,8 @@ def run_watched(
         cleanup=cleanup,
         unparsed_lines=pump.unparsed_lines,
         frames_total=pump.frames_total,
-        notes=[f"output: {pump.error}"] if pump.error else [],
+        notes=[*([f"output: {pump.error}"] if pump.error else []), *dog.pause_notes()],
+        pauses=list(dog.pauses),
     )
 
 

@@ -4,19 +4,48 @@ The watchdog is pure logic over a monotonic clock so that it can be tested witho
 processes: the runner tells it when progress happened and since when the tree has been
 quiescent (the watch loop's judgement, docs/quiescence.md), and asks it, on each poll,
 whether a limit has been crossed.
+
+Time the harness did not see does not count (docs/quiescence.md, "When the harness is
+paused"): the runner shows the watchdog every look (`look`); a gap between two looks far
+beyond the cadence is a pause (the harness was stopped, starved of CPU, its VM frozen, the
+machine suspended). The startup and stall windows do not count a pause as silence (they
+measure watched time), the quiescence evidence restarts after it, and the wall limit, the
+user's budget of running time, counts it.
+
+The clock is CLOCK_MONOTONIC (time.monotonic), the clock of every other stamp of a run
+(output, snapshots, samples). It advances while the harness alone is stopped (SIGSTOP, a
+starved process, and in most hypervisors a frozen VM) and stops while the machine is
+suspended, so a suspend never counts toward any limit, the wall included. CLOCK_BOOTTIME,
+which also counts a suspend, is read beside it only to notice and note one (`look`'s
+`boot`): a suspend leaves the timers nothing to exclude, but the tree was not watched.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.vocab import Trigger
 
-__all__ = ["DEFAULT_QUIESCENT_S", "Limits", "Trigger", "Watchdog"]
+__all__ = ["DEFAULT_QUIESCENT_S", "Limits", "Pause", "Trigger", "Watchdog", "pause_threshold"]
 
 # Long enough that a healthy tree is never caught between two wake-ups (the rule already
 # excludes every timed or outside wait), short enough to beat any startup window.
 DEFAULT_QUIESCENT_S = 5.0
+
+# A gap between looks of PAUSE_CADENCES cadences, and never less than PAUSE_FLOOR_S, is a
+# pause: a loaded machine delays a 0.1 s poll by a fraction of a second, never by seconds.
+PAUSE_CADENCES = 8
+PAUSE_FLOOR_S = 2.0
+# After a pause no window fires for this long: the output the trainer wrote while the
+# harness was stopped waits in the pipe, and is read and parsed first (the parser's own lag
+# is at most a second: output.MAX_LAG_S).
+SETTLE_S = 1.0
+MAX_PAUSES = 50  # pauses listed in the report; more are counted
+
+
+def pause_threshold(cadence_s: float) -> float:
+    """The gap between two looks, at this cadence, from which the harness was paused."""
+    return max(PAUSE_CADENCES * cadence_s, PAUSE_FLOOR_S)
 
 
 @dataclass(frozen=True)
@@ -33,6 +62,28 @@ class Limits:
         )
 
 
+@dataclass(frozen=True)
+class Pause:
+    """Time the harness did not see: `gap_s` (CLOCK_MONOTONIC) after its look at `at_s`
+    seconds since the start, and `suspended_s` more while the machine was suspended."""
+
+    at_s: float
+    gap_s: float
+    suspended_s: float = 0.0
+
+    def words(self) -> str:
+        if self.suspended_s > self.gap_s:
+            return (
+                f"the machine was suspended for {self.suspended_s:.1f}s at {self.at_s:.1f}s: "
+                "not counted toward any limit; the quiescence evidence restarted"
+            )
+        return (
+            f"the harness was paused for {self.gap_s:.1f}s at {self.at_s:.1f}s (stopped, "
+            "starved of CPU, or its VM frozen): not counted as silence by the startup and "
+            "stall windows (the wall limit counts it); the quiescence evidence restarted"
+        )
+
+
 @dataclass
 class Watchdog:
     limits: Limits
@@ -41,6 +92,52 @@ class Watchdog:
     last_progress_at: float | None = None
     progress_events: int = 0
     quiet_since: float | None = None
+    pause_after_s: float = PAUSE_FLOOR_S  # a longer gap between looks is a pause
+    pauses: list[Pause] = field(default_factory=list)  # the first MAX_PAUSES
+    pauses_total: int = 0
+    paused_s: float = 0.0  # every pause's gap, summed
+    resumed_at: float | None = None  # the look that ended the last pause
+    # (start, end) of the pauses the stall window may still need: those after the last
+    # progress (older ones are dropped as progress comes)
+    _unseen: list[tuple[float, float]] = field(default_factory=list, init=False, repr=False)
+    _look: tuple[float, float | None] | None = field(default=None, init=False, repr=False)
+
+    def look(self, now: float, boot: float | None = None) -> Pause | None:
+        """The runner looks at `now` (and `boot`, CLOCK_BOOTTIME, where there is one): the
+        pause since its last look, if the gap between them says there was one."""
+        last, self._look = self._look, (now, boot)
+        prev, prev_boot = last if last is not None else (self.started_at, None)
+        gap = max(0.0, now - prev)
+        suspended = 0.0
+        if boot is not None and prev_boot is not None:
+            suspended = max(0.0, (boot - prev_boot) - gap)
+        if gap < self.pause_after_s and suspended < self.pause_after_s:
+            return None
+        pause = Pause(round(prev - self.started_at, 3), round(gap, 3), round(suspended, 3))
+        self._unseen.append((prev, now))
+        self.paused_s += gap
+        self.pauses_total += 1
+        if len(self.pauses) < MAX_PAUSES:
+            self.pauses.append(pause)
+        self.resumed_at = now
+        return pause
+
+    def resync(self, now: float, boot: float | None = None) -> None:
+        """The harness was busy on purpose since its last look (sampling): not a pause."""
+        self._look = (now, boot)
+
+    def pause_notes(self) -> list[str]:
+        """One line per pause for the report, at most MAX_PAUSES and a count of the rest."""
+        notes = [p.words() for p in self.pauses]
+        rest = self.pauses_total - len(self.pauses)
+        if rest > 0:
+            notes.append(f"{rest} more pauses of the harness not listed")
+        return notes
+
+    def watched(self, since: float, now: float) -> float:
+        """Seconds from `since` to `now` that the harness saw: pauses left out."""
+        unseen = sum(max(0.0, end - max(start, since)) for start, end in self._unseen)
+        return max(0.0, now - since - unseen)
 
     def quiet(self, since: float | None) -> None:
         """The tree has been quiescent since `since` (None: it is not)."""
@@ -51,46 +148,64 @@ class Watchdog:
             self.first_progress_at = now
         self.last_progress_at = now
         self.progress_events += 1
+        if self._unseen and self._unseen[0][1] <= now:
+            self._unseen = [(a, b) for a, b in self._unseen if b > now]
 
     def check(self, now: float) -> Trigger | None:
         """The limit crossed at `now`, if any. Wall wins over the others when both fire,
         then quiescence (it says more than a window does)."""
-        elapsed = now - self.started_at
-        if elapsed >= self.limits.wall_s:
+        if now - self.started_at >= self.limits.wall_s:  # the user's budget: pauses count
             return Trigger.WALL
+        if self.resumed_at is not None and now < self.resumed_at + SETTLE_S:
+            return None
         if self._quiet_for(now) >= self.limits.quiescent_s > 0:
             return Trigger.QUIESCENT
         if self.last_progress_at is None:
-            return Trigger.STARTUP if elapsed >= self.limits.startup_s else None
-        if now - self.last_progress_at >= self.limits.stall_s:
+            started = self.watched(self.started_at, now)
+            return Trigger.STARTUP if started >= self.limits.startup_s else None
+        if self.watched(self.last_progress_at, now) >= self.limits.stall_s:
             return Trigger.STALL
         return None
 
     def _quiet_for(self, now: float) -> float:
-        return -1.0 if self.quiet_since is None else now - self.quiet_since
+        """Quiescence is evidence from consecutive looks: none of it spans a pause."""
+        if self.quiet_since is None:
+            return -1.0
+        since = self.quiet_since
+        if self.resumed_at is not None:
+            since = max(since, self.resumed_at)
+        return now - since
 
     def progressing(self, now: float) -> bool:
         """True while the last progress is recent enough that the run is not stalled."""
         if self.last_progress_at is None:
             return False
-        return now - self.last_progress_at < self.limits.stall_s
+        return self.watched(self.last_progress_at, now) < self.limits.stall_s
 
     def countdown(self, now: float) -> tuple[str, float]:
         """The window counting now and the seconds left in it (for live progress): the
         startup window until the first progress, then the stall window."""
         if self.last_progress_at is None:
-            return "startup", self.limits.startup_s - (now - self.started_at)
-        return "stall", self.limits.stall_s - (now - self.last_progress_at)
+            return "startup", self.limits.startup_s - self.watched(self.started_at, now)
+        return "stall", self.limits.stall_s - self.watched(self.last_progress_at, now)
+
+    def _unseen_words(self, since: float, now: float) -> str:
+        unseen = (now - since) - self.watched(since, now)
+        return f", not counting {unseen:.1f}s the harness was paused" if unseen >= 0.05 else ""
 
     def reason(self, trigger: Trigger, now: float) -> str:
         elapsed = now - self.started_at
         if trigger is Trigger.STARTUP:
-            return f"no progress within the startup window ({self.limits.startup_s:g}s)"
+            return (
+                f"no progress within the startup window ({self.limits.startup_s:g}s"
+                f"{self._unseen_words(self.started_at, now)})"
+            )
         if trigger is Trigger.STALL:
             assert self.last_progress_at is not None
-            quiet = now - self.last_progress_at
+            quiet = self.watched(self.last_progress_at, now)
             return (
-                f"no new progress for {quiet:.1f}s (stall window {self.limits.stall_s:g}s) "
+                f"no new progress for {quiet:.1f}s (stall window {self.limits.stall_s:g}s"
+                f"{self._unseen_words(self.last_progress_at, now)}) "
                 f"after {self.progress_events} progress events"
             )
         if trigger is Trigger.QUIESCENT:
@@ -99,5 +214,6 @@ class Watchdog:
                 f"(no CPU, no output; quiescence window {self.limits.quiescent_s:g}s)"
             )
         if trigger is Trigger.WALL:
-            return f"wall-clock limit reached ({elapsed:.1f}s of {self.limits.wall_s:g}s)"
+            paused = f", {self.paused_s:.1f}s of it paused" if self.pauses_total else ""
+            return f"wall-clock limit reached ({elapsed:.1f}s of {self.limits.wall_s:g}s{paused})"
         return trigger.value
