@@ -13,9 +13,10 @@ from rich.table import Table
 
 from harness.bisect.model import BAD, GOOD, SKIP, BisectResult, StepRecord
 from harness.bisect.steps import COMMIT, expected, shown
-from harness.report.markdown import table
+from harness.report.markdown import md, table
 from harness.report.matrix import Column, Matrix, axis
 from harness.report.runs import RunRow
+from harness.text import strip_controls, terminal_safe
 from harness.vocab import BisectStatus
 
 # a step's coordinates in the steps table and index.html
@@ -67,7 +68,7 @@ def _md_result(result: BisectResult) -> list[str]:
     lines = [f"**{result.message()}**", "", f"- expected: {expected(opts)}"]
     if result.first_bad is not None:
         c = result.first_bad.commit
-        lines += [f"- author: {c.author}, {c.date}"]
+        lines += [f"- author: {md(f'{c.author}, {c.date}')}"]
         if result.location_matched is not None:
             lines.append(f"- --location {opts.location} matched: {result.location_matched}")
         if result.confirm is not None:
@@ -78,8 +79,10 @@ def _md_result(result: BisectResult) -> list[str]:
             )
         lines += ["", *table(("", "parent (last good)", "first bad"), side_by_side(result))]
         lines += ["", "## Evidence (first bad)", ""]
-        lines += [f"- {e}" for e in result.first_bad.decisive.evidence]
-        lines += ["", "## Diff stat", "", "```", result.diffstat, "```"]
+        lines += [f"- {md(e)}" for e in result.first_bad.decisive.evidence]
+        # no backtick in a diff stat line can close the fence early
+        diffstat = strip_controls(result.diffstat, keep_newlines=True).replace("`", "'")
+        lines += ["", "## Diff stat", "", "```", diffstat, "```"]
     return lines
 
 
@@ -115,7 +118,7 @@ def print_summary(result: BisectResult, stream: TextIO | None = None) -> None:
     grid.add_row("expected", expected(result.setup.opts))
     if result.first_bad is not None:
         c = result.first_bad.commit
-        grid.add_row("author", escape(f"{c.author}, {c.date}"))
+        grid.add_row("author", escape(terminal_safe(f"{c.author}, {c.date}")))
         if result.location_matched is not None:
             grid.add_row("location", f"matched: {result.location_matched}")
         if result.confirm is not None:
@@ -134,9 +137,9 @@ def print_summary(result: BisectResult, stream: TextIO | None = None) -> None:
         table = Table("", "parent (last good)", "first bad", expand=False)
         for key, a, b in side_by_side(result):
             if key != "report":
-                table.add_row(escape(key), escape(a), escape(b))
+                table.add_row(escape(key), escape(terminal_safe(a)), escape(terminal_safe(b)))
         console.print(table)
-        console.print(result.diffstat, markup=False)
+        console.print(strip_controls(result.diffstat, keep_newlines=True), markup=False)
 
 
 def steps_matrix(result: BisectResult) -> Matrix:

@@ -11,6 +11,7 @@ from harness.cli import options
 from harness.cli.output import check_mark
 from harness.pipeline.options import CheckOptions
 from harness.pipeline.saved import check_saved
+from harness.text import terminal_safe
 
 NAME = "check"
 
@@ -48,14 +49,13 @@ def command(args: argparse.Namespace) -> int:
         }
         print(json.dumps(data, indent=2))
     else:
-        print(f"harness check: {checked.source}")
+        print(f"harness check: {terminal_safe(checked.source)}")
         for note in checked.notes:
-            print(f"  note: {note}")
+            print(f"  note: {terminal_safe(note)}")
         for r in results:
             tail = f"  ({r.message})" if r.message else ""
-            print(
-                f"  {check_mark(r.status)} {r.name}: observed {r.observed}, bound {r.bound}{tail}"
-            )
+            line = f"{r.name}: observed {r.observed}, bound {r.bound}{tail}"
+            print(f"  {check_mark(r.status)} {terminal_safe(line)}")
         print(f"{len(results) - len(failed)}/{len(results)} checks passed")
         if checked.unfinished and status is not None:
             print(f"not a pass: the run did not finish ({status.status} at stage {status.stage})")

@@ -6,13 +6,20 @@ its own folder only: the frames from output.log, the pin and scenario as used, t
 files and the end-of-run log the run's checks read, all under evidence/. An older report is
 checked as before, from the build tree and the run's working folder, which later runs may
 have rewritten. A report whose harness died (`abandoned`) is marked so on disk and never
-passes."""
+passes.
+
+A saved report is read as `report.load` reads one: report.json and the evidence as regular
+files inside the report folder, each under its size cap (a link `evidence/pin.json ->
+/dev/zero`, a FIFO, a folder are refused before a byte is read), JSON nesting and the
+schema_version checked, every typed value checked; output.log to its last
+`OUTPUT_LOG_LIMIT` bytes. Every refusal is one line and USAGE."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,11 +27,12 @@ from harness import dashboard
 from harness.analysis import checks as checksmod
 from harness.config.pin import Pin, load_pin, parse_pin
 from harness.config.scenario import Scenario, load_scenario
+from harness.contain import confined, open_regular
 from harness.errors import HarnessError
 from harness.outcome import CHECK_FAILED, USAGE
 from harness.pipeline.options import CheckOptions
-from harness.report import store
-from harness.report.model import CONFIG_EVIDENCE, RUN_EVIDENCE
+from harness.report import load, store
+from harness.report.model import CONFIG_EVIDENCE, EVIDENCE_DIR, RUN_EVIDENCE
 from harness.report.store import SavedStatus
 
 NOWHERE = Path("/nonexistent")
@@ -33,6 +41,8 @@ NOT_REPRODUCIBLE = (
     "end-of-run log are read from the build tree and run folder, which later runs may have "
     "rewritten, so the result may not be reproducible"
 )
+OUTPUT_LOG_LIMIT = 256 * 1024 * 1024  # output.log: the checks read its last this many bytes
+EVIDENCE_FILES_LIMIT = 10_000  # entries under evidence/: a run copies a handful
 
 
 @dataclass
@@ -60,26 +70,32 @@ def check_saved(opts: CheckOptions) -> SavedCheck:
     report_json = target / "report.json" if target.is_dir() else target
     status: SavedStatus | None = None
     saved: dict[str, object] = {}
-    if report_json.name == "report.json" and report_json.is_file():
+    # a report.json that is a link, a FIFO or a device is refused by load_status, not
+    # mistaken for a raw output log
+    if report_json.name == "report.json" and (report_json.exists() or report_json.is_symlink()):
         status = store.load_status(report_json)
         if status.abandoned:  # a running report whose harness died: record it, if we may
             with contextlib.suppress(OSError):  # a read-only artifact is still checked
                 status = store.mark_abandoned(status)
         saved = status.data
         log = report_json.with_name("output.log")
-    elif target.is_file():
-        log = target
+    elif target.exists() and not target.is_dir():
+        log = target  # a FIFO or a device is refused when it is read
     else:
         raise HarnessError(f"{target}: no such report folder or output log", USAGE)
     folder = report_json.parent
     evidence = saved.get("evidence")
+    if isinstance(evidence, dict):
+        check_evidence_tree(folder)
     notes: list[str] = []
     if status is not None and not status.finished:
         notes.append(status.describe())
     if status is not None and not isinstance(evidence, dict):
         notes.append(NOT_REPRODUCIBLE)
     command = _table_of(saved, "command")
-    text = log.read_bytes().decode("utf-8", "replace") if log.is_file() else ""
+    text, cut = read_log(log, required=status is None)
+    if cut:
+        notes.append(cut)
     if isinstance(evidence, dict):
         pin, scenario = _from_evidence(opts, saved, folder, evidence)
         # evidence/run holds this run's end-of-run log only: no start-time filter
@@ -114,7 +130,8 @@ def check_saved(opts: CheckOptions) -> SavedCheck:
             run_dir=run_dir,
             env=settings.upstream_env,
             argv=[str(a) for a in _list_of(command, "argv")],
-            config_files=settings.config_files or pin.config_files,
+            # a build tree that is gone (or none: a raw log) has no config files to read
+            config_files=(settings.config_files or pin.config_files) if tree.is_dir() else (),
             started_at=since,
             steps=int(str(steps)) if steps else None,
         )
@@ -148,19 +165,71 @@ def _from_evidence(
     pin_rel, scenario_rel = evidence.get("pin"), evidence.get("scenario")
     if opts.pin is None and isinstance(pin_rel, str):
         path = folder / pin_rel
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise HarnessError(f"{path}: unreadable pin evidence: {exc}", USAGE) from exc
+        data = load.read_json(folder, pin_rel, "unreadable pin evidence")
+        if not isinstance(data, dict):
+            raise HarnessError(f"{path}: unreadable pin evidence: not a JSON object", USAGE)
         lineage = [str(n) for n in _list_of(_table_of(saved, "pin"), "lineage")]
         pin = parse_pin(data, path, tuple(lineage[1:]))
     else:
         pin = _named_pin(opts, saved)
     if opts.scenario is None and isinstance(scenario_rel, str):
-        scenario: Scenario | None = load_scenario(str(folder / scenario_rel))
+        # checked (inside the folder, a regular file, under the cap) before the loader reads
+        what = f"evidence scenario {scenario_rel!r}"
+        load.read_bytes(folder, scenario_rel, what, load.EVIDENCE_LIMIT)
+        scenario: Scenario | None = load_scenario(str(confined(folder, scenario_rel, what=what)))
     else:
         scenario = _named_scenario(opts, saved)
     return pin, scenario
+
+
+def read_log(log: Path, required: bool) -> tuple[str, str | None]:
+    """An output log as text (undecodable bytes replaced): a regular file, its last
+    OUTPUT_LOG_LIMIT bytes, with a note when it was cut. A report's log may be missing
+    (""); a raw log named on the command line may not (`required`)."""
+    if not required and not log.exists() and not log.is_symlink():
+        return "", None
+    what = f"output log {log}"
+    # a report's output.log must be in its folder; a raw log is where the user says
+    path = log if required else confined(log.parent, log.name, what=what)
+    with os.fdopen(open_regular(path, what=what), "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        fh.seek(max(0, size - OUTPUT_LOG_LIMIT))
+        data = fh.read(OUTPUT_LOG_LIMIT)
+    if size <= OUTPUT_LOG_LIMIT:
+        return data.decode("utf-8", "replace"), None
+    note = f"{log} is {size} bytes: the checks read its last {OUTPUT_LOG_LIMIT} bytes"
+    return data.decode("utf-8", "replace"), note
+
+
+def check_evidence_tree(folder: Path) -> None:
+    """Every entry under evidence/ is a regular file or folder inside the report folder,
+    each file under the evidence cap: the checks read the config files and end-of-run logs
+    there by path, so a link to /dev/zero or out of the folder, or a FIFO, is refused here,
+    before any of them is opened."""
+    base = folder / EVIDENCE_DIR
+    if not base.is_dir() or base.is_symlink():
+        if base.exists() or base.is_symlink():
+            raise HarnessError(f"{base}: evidence is not a folder inside the report", USAGE)
+        return
+    seen = 0
+    for top, dirs, files in os.walk(base):  # links are not followed into
+        for name in [*dirs, *files]:
+            seen += 1
+            if seen > EVIDENCE_FILES_LIMIT:
+                raise HarnessError(f"{base}: more than {EVIDENCE_FILES_LIMIT} entries", USAGE)
+            entry = Path(top, name)
+            rel = str(entry.relative_to(folder))
+            resolved = confined(folder, rel, what=f"{folder}: evidence {rel!r}")
+            mode = resolved.stat().st_mode if resolved.exists() else 0
+            if stat.S_ISDIR(mode) and not entry.is_symlink():
+                continue
+            if not stat.S_ISREG(mode):
+                why = "a folder link" if stat.S_ISDIR(mode) else "not a regular file"
+                raise HarnessError(f"{entry}: evidence refused: {why}", USAGE)
+            if resolved.stat().st_size > load.EVIDENCE_LIMIT:
+                raise HarnessError(
+                    f"{entry}: evidence refused: larger than {load.EVIDENCE_LIMIT} bytes", USAGE
+                )
 
 
 def _table_of(data: dict[str, object], key: str) -> dict[str, object]:

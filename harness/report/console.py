@@ -13,6 +13,7 @@ from harness import outcome
 from harness.outcome import Kind
 from harness.report.model import Report
 from harness.source.blame import HangBlame
+from harness.text import terminal_safe
 from harness.vocab import CheckStatus
 
 
@@ -35,7 +36,10 @@ def next_step(r: Report, kind: str) -> str:
     if kind in (Kind.CRASH, Kind.ERROR_EXIT):
         return f"the command's whole output: {where / 'output.log'}"
     if kind == Kind.CHECK_FAILED:
-        return f"every check with its observed value and bound: {where / 'report.md'}"
+        # report.md may be what a full disk left unwritten; report.json is written first
+        md = where / "report.md"
+        shown = md if md.exists() else where / "report.json"
+        return f"every check with its observed value and bound: {shown}"
     if kind == Kind.BUILD_FAILED and r.build:
         return f"the build log: {r.build.log_path}"
     return ""
@@ -88,6 +92,12 @@ def blame_text(b: HangBlame) -> str:
     return "; ".join(parts)
 
 
+def shown(value: object) -> str:
+    """Report text for the box: its terminal controls removed (the trainer's bytes reach the
+    report as evidence, summaries, paths and names), then escaped as rich markup."""
+    return escape(terminal_safe(str(value)))
+
+
 def short(x: float) -> str:
     for limit, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
         if abs(x) >= limit:
@@ -104,31 +114,32 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
     table.add_column()
     table.add_row("verdict", f"[{outcome.style(kind)}]{kind}[/]")
     if v is not None:
-        table.add_row("summary", escape(v.summary))
+        table.add_row("summary", shown(v.summary))
         if v.mechanism:
-            table.add_row("mechanism", v.mechanism)
+            table.add_row("mechanism", shown(v.mechanism))
         if v.location:
-            table.add_row("location", escape(v.location))
+            table.add_row("location", shown(v.location))
         if v.location_frames:
-            table.add_row("frames", escape(" → ".join(v.location_frames[-6:])))
+            table.add_row("frames", shown(" → ".join(v.location_frames[-6:])))
         if v.waits_for:
-            table.add_row("waits", escape(v.waits_for))
+            table.add_row("waits", shown(v.waits_for))
         if v.causes:
             top = v.causes[0]
             table.add_row(
-                "cause", f"[bold]{escape(top.id)}[/] ({top.confidence}): {escape(top.sentence)}"
+                "cause",
+                f"[bold]{shown(top.id)}[/] ({shown(top.confidence)}): {shown(top.sentence)}",
             )
             more = len(v.causes) - 1
             if more:
                 table.add_row("", f"... {more} more cause(s) in report.md")
         if v.blame is not None:
-            table.add_row("blame", escape(blame_text(v.blame)))
+            table.add_row("blame", shown(blame_text(v.blame)))
     if r.pin:
-        table.add_row("pin", f"{r.pin.name} ({r.pin.verification_status or '-'})")
+        table.add_row("pin", shown(f"{r.pin.name} ({r.pin.verification_status or '-'})"))
     if r.variant:
-        table.add_row("variant", escape(r.variant.spec))
+        table.add_row("variant", shown(r.variant.spec))
     if r.trigger:
-        table.add_row("trigger", trigger_text(r))
+        table.add_row("trigger", shown(trigger_text(r)))
     # the trainer's end-of-run record is exact where the dashboard rounds
     last = {**r.progress.last_metrics, **r.progress.final_metrics}
     if last:
@@ -146,19 +157,20 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
         table.add_row("checks", f"{len(r.checks) - len(failed)}/{len(r.checks)} passed{context}")
     if kind == Kind.CHECK_FAILED:
         for c in failed[:6]:
-            detail = escape(f"{c.name}: observed {observed(c.observed)}, bound {c.bound}")
+            detail = shown(f"{c.name}: observed {observed(c.observed)}, bound {c.bound}")
             table.add_row("", f"[yellow]✗[/] {detail}")
         if len(failed) > 6:
             table.add_row("", f"... {len(failed) - 6} more in report.md")
     elif v is not None:
         for line in v.evidence[: 3 if v.causes else 6]:  # a cause says the rest
-            table.add_row("", escape(line if len(line) < 200 else line[:197] + "..."))
-    console.print(Panel(table, title=escape(f"harness {r.mode}: {r.title}"), expand=False))
+            safe = terminal_safe(line)
+            table.add_row("", escape(safe if len(safe) < 200 else safe[:197] + "..."))
+    console.print(Panel(table, title=shown(f"harness {r.mode}: {r.title}"), expand=False))
     # paths are printed whole, outside the box: a box is cut to the terminal's width (80
     # columns without a terminal) and a cut path cannot be opened
     stream_out = console.file
-    print(f"report: {r.directory}", file=stream_out)
-    hint = next_step(r, kind)
+    print(f"report: {terminal_safe(str(r.directory))}", file=stream_out)
+    hint = terminal_safe(next_step(r, kind))
     if hint:
         print(f"next:   {hint}", file=stream_out)
     stream_out.flush()

@@ -3,6 +3,13 @@ verdict table appended to the job's step summary ($GITHUB_STEP_SUMMARY), an `::e
 annotation at the located source line of a hang (so the pull request shows it on the line),
 and `::warning` annotations for failed checks. Outside Actions nothing here writes anything.
 
+GitHub renders the step summary as Markdown with HTML: every value in it goes through
+`report.markdown` (`harness.text.markdown_text`: `<`, `>` and `&` as HTML entities, Markdown
+escaped). An annotation's message has its controls removed and CR/LF escaped, so it stays one
+line: nothing the trainer printed can start a workflow command of its own on our stdout (the
+trainer's output itself never reaches our stdout: it goes to output.log, and with --tee to
+stderr).
+
 Workflow command syntax: https://docs.github.com/actions/reference/workflow-commands-for-github-actions
 """
 
@@ -17,6 +24,7 @@ from harness import outcome
 from harness.analysis.classify import located_frame, path_in_tree
 from harness.report import markdown
 from harness.report.model import Report
+from harness.text import terminal_safe
 
 
 def active(environ: Mapping[str, str] | None = None) -> bool:
@@ -79,25 +87,27 @@ def workflow_commands(r: Report, environ: Mapping[str, str] | None = None) -> li
     v = r.verdict
     out: list[str] = []
     if v is not None and outcome.is_failure(v.kind) and v.kind != "check-failed":
-        title = f"harness {r.mode} {r.title}: {v.kind}"
+        title = terminal_safe(f"harness {r.mode} {r.title}: {v.kind}")
+        summary = terminal_safe(v.summary)
         where = located_line(r, environ)
         if where is not None:
-            out.append(command("error", v.summary, file=where[0], line=where[1], title=title))
+            out.append(command("error", summary, file=where[0], line=where[1], title=title))
         else:
-            out.append(command("error", v.summary, title=title))
+            out.append(command("error", summary, title=title))
     for c in r.checks:
         if c.status == "fail":
-            message = f"{c.name}: observed {c.observed}, bound {c.bound}"
-            out.append(command("warning", message, title=f"harness check {r.title}"))
+            message = terminal_safe(f"{c.name}: observed {c.observed}, bound {c.bound}")
+            title = terminal_safe(f"harness check {r.title}")
+            out.append(command("warning", message, title=title))
     return out
 
 
 def summary_markdown(r: Report) -> str:
     v = r.verdict
     kind = r.kind
-    lines = [f"### harness {r.mode}: {r.title} → **{kind}**", ""]
+    lines = [f"### harness {r.mode}: {markdown.md(r.title)} → **{markdown.md(kind)}**", ""]
     if v is not None:
-        lines += [v.summary, ""]
+        lines += [markdown.md(v.summary, paragraph=True), ""]
     rows: list[tuple[str, object]] = [("verdict", kind)]
     if v is not None:
         rows += [("mechanism", v.mechanism), ("location", v.location)]
@@ -154,6 +164,7 @@ def publish_table(
     report.matrix) and its conclusion in the step summary; False when nothing was written."""
     if not active(environ):
         return False
-    said = [f"- {c}" for c in conclusion] if len(conclusion) > 1 else list(conclusion)
-    lines = [f"### {title}", "", *said, "", *table]
+    told = [markdown.md(c, paragraph=True) for c in conclusion]
+    said = [f"- {c}" for c in told] if len(told) > 1 else told
+    lines = [f"### {markdown.md(title)}", "", *said, "", *table]
     return append_summary("\n".join(lines) + "\n\n", environ)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import fields, is_dataclass
-from html import escape
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -22,6 +21,7 @@ from harness.report.html_stacks import render_stack_tree
 from harness.report.html_timeline import render_timeline
 from harness.report.model import Report
 from harness.report.runs import RunRow
+from harness.text import html_text as escape
 
 # ---------------------------------------------------------------- the verdict
 

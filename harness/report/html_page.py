@@ -5,9 +5,9 @@ and the colour of a verdict kind (from the outcome registry's style)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from html import escape
 
 from harness import outcome
+from harness.text import html_text as escape
 
 COLORS = {"green": "#2b8a3e", "red": "#c92a2a", "yellow": "#b07800", "magenta": "#9c36b5"}
 

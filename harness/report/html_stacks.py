@@ -6,10 +6,10 @@ is one block; a fork indents. Native and Python stacks are two trees."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from html import escape
 
 from harness.analysis.classify import Verdict
 from harness.sampling.model import Frame, SampleSet, ThreadActivity, ThreadStack
+from harness.text import html_text as escape
 
 
 def frame_label(frame: Frame) -> tuple[str, str]:

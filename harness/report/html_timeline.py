@@ -11,7 +11,6 @@ watch loop recorded one, its timeline over the whole run."""
 from __future__ import annotations
 
 import math
-from html import escape
 
 from harness.report.model import Report
 from harness.report.timeline import (
@@ -25,6 +24,7 @@ from harness.report.timeline import (
     watched,
 )
 from harness.sampling.model import SampleSet
+from harness.text import html_text as escape
 
 WIDTH = 1000
 GUTTER = 210  # labels on the left

@@ -1,5 +1,9 @@
 """junit.xml through junitparser: one test case for the verdict (failed unless the run passed
-or only its checks failed, which have their own cases) and one per check."""
+or only its checks failed, which have their own cases) and one per check.
+
+Every text and attribute goes through `harness.text.xml_safe`: junitparser writes with
+xml.etree, which escapes markup but keeps the characters XML 1.0 forbids, so one control byte
+quoted from the trainer's output made the whole file unreadable (to junitparser too)."""
 
 from __future__ import annotations
 
@@ -7,29 +11,30 @@ from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
 
 from harness import outcome
 from harness.report.model import Report
+from harness.text import xml_safe as x
 
 
 def render_junit(r: Report) -> str:
-    name = r.env or "command"
-    suite = TestSuite(f"harness-{r.run_id}")
+    name = x(r.env or "command")
+    suite = TestSuite(x(f"harness-{r.run_id}"))
     v = r.verdict
     case = TestCase(f"verdict[{name}]", f"harness.{r.mode}", float(r.timings.run_s or 0.0))
     if v is not None:
-        case.system_out = "\n".join(v.evidence)
+        case.system_out = x("\n".join(v.evidence))
     # failed checks have their own cases: the verdict case fails for every other failure
     if v is None or (outcome.is_failure(v.kind) and v.kind != "check-failed"):
-        failure = Failure(v.summary if v else "no verdict", v.kind if v else "incomplete")
+        failure = Failure(x(v.summary) if v else "no verdict", v.kind if v else "incomplete")
         failure.text = v.kind if v else "incomplete"
         case.result = [failure]
     suite.add_testcase(case)
     for c in r.checks:
-        cc = TestCase(f"check[{c.name}]", f"harness.checks.{name}", 0.0)
+        cc = TestCase(x(f"check[{c.name}]"), f"harness.checks.{name}", 0.0)
         if c.status == "fail":
-            failure = Failure(c.message or f"{c.name} failed", "check-failed")
-            failure.text = f"observed {c.observed}, bound {c.bound}"
+            failure = Failure(x(c.message or f"{c.name} failed"), "check-failed")
+            failure.text = x(f"observed {c.observed}, bound {c.bound}")
             cc.result = [failure]
         elif c.status == "skip":
-            cc.result = [Skipped(c.message or "skipped")]
+            cc.result = [Skipped(x(c.message or "skipped"))]
         suite.add_testcase(cc)
     suite.update_statistics()
     xml = JUnitXml()

@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from harness.text import terminal_safe
+
 # without a terminal these print only once they last (the heartbeat): a command that fails
 # its setup ends with its one-line error alone, and a long build still shows it is alive
 SETUP_PHASES = ("start", "verify", "prepare", "build")
@@ -64,7 +66,8 @@ def render(label: str, s: Status) -> str:
             parts.append(f"tree CPU {s.cpu_percent:.0f}%")
     if s.detail:
         parts.append(s.detail)
-    return " | ".join(parts)
+    # the label is the watched command and a detail may quote the trainer: no controls
+    return terminal_safe(" | ".join(parts))
 
 
 class LiveProgress:

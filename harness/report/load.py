@@ -1,10 +1,31 @@
 """A saved report back as the typed model: `load_report(folder or report.json) -> Report`, for
-commands that render a report again without running anything (`harness report`).
+commands that render or check a report again without running anything (`harness report`,
+`harness check`).
 
-The JSON is mapped onto the dataclasses by their type hints, so a field added to the model
-is read back without a change here. Tolerant both ways: a key the model lacks (a newer
-report) is ignored, a field the JSON lacks (an older report) gets its default, or an empty
-value of its type; a JSON null stays None. Only what is not a report at all is an error."""
+A saved report is input like any other: it may be damaged, hand-edited, from a newer
+harness, or hostile. So it is read bounded and checked before anything uses it:
+
+- **regular files inside the folder only** (`harness.contain`): report.json and every file
+  under evidence/ is resolved inside the report folder and opened with O_NOFOLLOW as a
+  regular file; a FIFO, a device (`evidence/pin.json -> /dev/zero`), a folder or a link out
+  of the folder is refused before a byte is read;
+- **size caps**: at most `REPORT_JSON_LIMIT` for report.json and `EVIDENCE_LIMIT` for an
+  evidence file (more is refused, not cut: half a JSON file is no report); output.log is
+  read to its last `pipeline.saved.OUTPUT_LOG_LIMIT` bytes, with a note;
+- **nesting**: JSON deeper than `MAX_DEPTH` is refused (Python's json parser would raise
+  RecursionError at about a thousand levels, and a renderer that walks it could too);
+- **schema_version**: one of `SCHEMA_VERSIONS_READ`; a newer one is refused with the
+  versions this harness reads, never misread;
+- **types**: the JSON is mapped onto the dataclasses by their type hints, so a field added to
+  the model is read back without a change here. Tolerant of age (a key the model lacks is
+  ignored, a field the JSON lacks gets its default or an empty value of its type) but not of
+  damage: a value of the wrong type, a word outside its vocabulary (a verdict kind "quantum-
+  hang"), a null where no null belongs, or a non-finite number in a typed field is an error
+  naming the file and the key path (`…/report.json: not a harness report this version
+  reads: limits.wall_s: inf is not a finite number`). Values inside free-form maps and
+  lists (metrics, a pin's tables) are data and are kept as written.
+
+Every refusal is one `HarnessError` line with the USAGE exit code."""
 
 from __future__ import annotations
 
@@ -12,6 +33,7 @@ import dataclasses
 import enum
 import functools
 import json
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -19,40 +41,124 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from harness.contain import confined, read_regular
 from harness.errors import HarnessError
 from harness.execute.watchdog import Limits
 from harness.outcome import INTERRUPTED_BASE, USAGE, Kind
-from harness.report.model import Report
+from harness.report.model import SCHEMA_VERSION, Report
 from harness.sampling import frames as _frames  # noqa: F401  (Frame's subclasses, by JSON keys)
+
+REPORT_JSON_LIMIT = 64 * 1024 * 1024  # report.json: a long run's is a few MB (its samples)
+EVIDENCE_LIMIT = 64 * 1024 * 1024  # one evidence file (the pin, the scenario, a config file)
+MAX_DEPTH = 64  # JSON nesting: a report is about 8 deep (samples → stacks → frames → inline)
+SCHEMA_VERSIONS_READ = tuple(range(1, SCHEMA_VERSION + 1))
 
 # report.json keys that are not Report fields: derived when written
 _DERIVED = frozenset({"schema_version", "harness_version", "artifacts", "directory"})
 
 
 class _Mismatch(Exception):
-    """A JSON value that does not fit the field's type: the field keeps its default."""
+    """A JSON value that does not fit its field's type, at a key path (innermost first)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+        self.path: list[str] = []
+
+    def within(self, part: str) -> _Mismatch:
+        self.path.insert(0, part)
+        return self
+
+    def where(self) -> str:
+        return "".join(p if p.startswith("[") else f".{p}" for p in self.path).lstrip(".")
+
+
+# ---------------------------------------------------------------- bounded reads
+
+
+def read_report_json(path: Path) -> tuple[Path, dict[str, Any]]:
+    """report.json (of a folder, or the file) read bounded and checked for nesting and its
+    schema_version: (its path, its object). Not yet mapped onto the model."""
+    report_json = path / "report.json" if path.is_dir() else path
+    if not report_json.exists() and not report_json.is_symlink():
+        where = f"{path} has no report.json" if path.is_dir() else f"{path}: no such file"
+        raise HarnessError(f"not a harness report: {where}", USAGE)
+    data = read_json(
+        report_json.parent, report_json.name, "not a harness report", REPORT_JSON_LIMIT
+    )
+    if not isinstance(data, dict):
+        raise HarnessError(f"{report_json}: not a harness report: not a JSON object", USAGE)
+    check_schema_version(data, report_json)
+    return report_json, data
+
+
+def read_bytes(folder: Path, rel: str, what: str, limit: int) -> bytes:
+    """A file of a report folder: `rel` resolved inside `folder`, a regular file, at most
+    `limit` bytes; else one line naming it (`what`: which file of the report it is)."""
+    label = f"{folder}: {what}"
+    return read_regular(confined(folder, rel, what=label), what=label, limit=limit)
+
+
+def read_json(folder: Path, rel: str, what: str, limit: int = EVIDENCE_LIMIT) -> Any:
+    """A JSON file of a report folder, read as `read_bytes` does and parsed: UTF-8, nesting
+    at most MAX_DEPTH. `what` says what the file is in any error."""
+    raw = read_bytes(folder, rel, what, limit)  # bounded before it is parsed
+    where = f"{folder / rel}: {what}"
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise HarnessError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels") from None
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, an int of 5000 digits
+        raise HarnessError(f"{where}: not valid JSON: {exc}", USAGE) from None
+    _check_depth(data, where)
+    return data
+
+
+def _check_depth(data: Any, where: str) -> None:
+    """Refuse JSON nested deeper than MAX_DEPTH (iteratively: a deep value must not be
+    walked by recursion here either)."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                raise HarnessError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels")
+            items = value.values() if isinstance(value, dict) else value
+            stack += [(v, depth + 1) for v in items if isinstance(v, dict | list)]
+
+
+def check_schema_version(data: dict[str, Any], report_json: Path) -> None:
+    """report.json's schema_version is one this harness reads (absent: the first)."""
+    version = data.get("schema_version", 1)
+    reads = ", ".join(map(str, SCHEMA_VERSIONS_READ))
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise HarnessError(f"{report_json}: schema_version {json.dumps(version)} is not a number")
+    if version > max(SCHEMA_VERSIONS_READ):
+        raise HarnessError(
+            f"{report_json}: report.json schema_version {version} is newer than this harness "
+            f"reads ({reads}): read it with a newer harness"
+        )
+    if version not in SCHEMA_VERSIONS_READ:
+        raise HarnessError(
+            f"{report_json}: report.json schema_version {version} is unknown "
+            f"(this harness reads {reads})"
+        )
+
+
+# ---------------------------------------------------------------- report.json → Report
 
 
 def load_report(path: Path) -> Report:
     """The report saved in `path` (a report folder or its report.json)."""
-    report_json = path / "report.json" if path.is_dir() else path
-    if not report_json.is_file():
-        if path.is_dir():
-            where = f"{path} has no report.json"
-        else:
-            where = f"{path}: no such file" if not path.exists() else f"{path}: not a file"
-        raise HarnessError(f"not a harness report: {where}", USAGE)
-    try:
-        data = json.loads(report_json.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HarnessError(f"{report_json}: not a harness report: {exc}", USAGE) from exc
-    if not isinstance(data, dict):
-        raise HarnessError(f"{report_json}: not a harness report: not a JSON object", USAGE)
-    return report_from_json(data, report_json.parent)
+    report_json, data = read_report_json(path)
+    return report_from_json(data, report_json.parent, report_json)
 
 
-def report_from_json(data: dict[str, Any], directory: Path) -> Report:
-    """The typed report from report.json's data; `directory` is where its files are now."""
+def report_from_json(data: dict[str, Any], directory: Path, source: Path | None = None) -> Report:
+    """The typed report from report.json's data; `directory` is where its files are now;
+    `source` names the file in errors (default: directory/report.json)."""
+    source = source or directory / "report.json"
+    check_schema_version(data, source)
     fields = {k: v for k, v in data.items() if k not in _DERIVED}
     fields.setdefault("run_id", directory.name)
     fields.setdefault("harness_argv", [])
@@ -68,14 +174,21 @@ def report_from_json(data: dict[str, Any], directory: Path) -> Report:
         fields["limits"] = {"quiescent_s": 0.0, **limits}
     try:
         report = _build(Report, {**fields, "directory": str(directory)})
-    except (_Mismatch, ValueError) as exc:  # e.g. a verdict kind this harness does not know
-        why = str(exc) or "a required value does not fit its type"
-        raise HarnessError(f"{directory}: not a harness report this version reads: {why}") from exc
+    except _Mismatch as exc:
+        where = f"{exc.where()}: " if exc.path else ""
+        why = f"{where}{exc.why}"
+        raise HarnessError(f"{source}: not a harness report this version reads: {why}") from None
+    except (ValueError, TypeError) as exc:  # a value the model's own checks refuse
+        raise HarnessError(f"{source}: not a harness report this version reads: {exc}") from None
     assert isinstance(report, Report)
     verdict, saved = report.verdict, data.get("verdict")
     if verdict is not None and isinstance(saved, dict):
         code = saved.get("exit_code")
-        if verdict.kind is Kind.INTERRUPTED and isinstance(code, int) and code > INTERRUPTED_BASE:
+        if (
+            verdict.kind is Kind.INTERRUPTED
+            and isinstance(code, int)
+            and INTERRUPTED_BASE < code < INTERRUPTED_BASE + 128
+        ):
             verdict.become(Kind.INTERRUPTED, signum=code - INTERRUPTED_BASE)
     return report
 
@@ -96,26 +209,40 @@ def _build(cls: type, data: Any) -> Any:
     """An instance of dataclass `cls` from a JSON object: of its dataclass subclass when the
     object has that subclass's own fields (a frame with `inline` is an InlinedFrame)."""
     if not isinstance(data, dict):
-        raise _Mismatch
+        raise _Mismatch(f"expected an object, found {_json_type(data)}")
     for sub, own in _subclasses(cls):
         if all(name in data for name in own):
             cls = sub
             break
     kwargs: dict[str, Any] = {}
-    for name, convert, empty in _plan(cls):
-        if name in data:
-            value = data[name]
-            if value is None:  # null is data: kept as written
-                kwargs[name] = None
-                continue
-            try:
-                kwargs[name] = convert(value)
-                continue
-            except _Mismatch:
-                pass
-        if empty is not None:
-            kwargs[name] = empty()
+    for name, convert, empty, nullable in _plan(cls):
+        if name not in data:
+            if empty is not None:
+                try:
+                    kwargs[name] = empty()
+                except _Mismatch as exc:
+                    raise exc.within(name) from None
+            continue
+        value = data[name]
+        if value is None:
+            if not nullable:  # a limit, a list, a word: null is damage, not data
+                raise _Mismatch("null where a value is required").within(name)
+            kwargs[name] = None
+            continue
+        try:
+            kwargs[name] = convert(value)
+        except _Mismatch as exc:
+            raise exc.within(name) from None
+        if isinstance(kwargs[name], float) and not math.isfinite(kwargs[name]):
+            raise _Mismatch(f"{value} is not a finite number").within(name)
     return cls(**kwargs)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    kinds = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (list, "an array"))
+    return next((name for t, name in kinds if isinstance(value, t)), "an object")
 
 
 @cache
@@ -132,9 +259,9 @@ def _subclasses(cls: type) -> tuple[tuple[type, tuple[str, ...]], ...]:
 
 
 @cache
-def _plan(cls: type) -> tuple[tuple[str, Converter, Callable[[], Any] | None], ...]:
-    """Per init field of `cls`: its name, its converter, and for a field without a default
-    the maker of an empty value."""
+def _plan(cls: type) -> tuple[tuple[str, Converter, Callable[[], Any] | None, bool], ...]:
+    """Per init field of `cls`: its name, its converter, for a field without a default the
+    maker of an empty value, and whether a JSON null may stand for it."""
     hints = _hints(cls)
     plan = []
     for f in dataclasses.fields(cls):
@@ -145,8 +272,17 @@ def _plan(cls: type) -> tuple[tuple[str, Converter, Callable[[], Any] | None], .
             f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         )
         empty = None if has_default else functools.partial(_empty, tp)
-        plan.append((f.name, _converter(tp), empty))
+        plan.append((f.name, _converter(tp), empty, _nullable(tp)))
     return tuple(plan)
+
+
+def _nullable(tp: Any) -> bool:
+    """Whether null may stand for a `tp`: an Optional or a free value. A number the model
+    may not know (a NaN, written as null) is typed Optional there."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return type(None) in args
+    return tp in (Any, object)
 
 
 Converter = Callable[[Any], Any]
@@ -163,61 +299,104 @@ def _converter(tp: Any) -> Converter:
         return _raw
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        options = [_converter(a) for a in args if a is not type(None)]
-        return functools.partial(_first_fit, tuple(options))
+        options = tuple(_converter(a) for a in args if a is not type(None))
+        return options[0] if len(options) == 1 else functools.partial(_first_fit, options)
     if origin is typing.Literal:
-        return _raw
+        return functools.partial(_literal, args)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return functools.partial(_build, tp)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return functools.partial(_member, tp)
     if origin in (list, tuple) or tp in (list, tuple):
         if origin is tuple and args and args[-1] is not Ellipsis:
-            return functools.partial(_fixed_tuple, tuple(_converter(a) for a in args))
-        item = _converter(args[0] if args else Any)
-        return functools.partial(_sequence, item, (origin or tp) is tuple)
+            return functools.partial(_fixed_tuple, tuple(_item(a) for a in args))
+        return functools.partial(
+            _sequence, _item(args[0] if args else Any), (origin or tp) is tuple
+        )
     if origin is dict or tp is dict:
-        return functools.partial(_mapping, _converter(args[1] if len(args) == 2 else Any))
+        return functools.partial(_mapping, _item(args[1] if len(args) == 2 else Any))
     if tp in _SCALARS:
         return functools.partial(_scalar, tp)
     return _raw  # a type we do not know: as written
+
+
+def _item(tp: Any) -> Converter:
+    """The converter of a list item or map value, null included: kept where the type takes
+    None, a NaN where it is a number (the model writes a NaN, a trainer's `loss nan`, as
+    null), a mismatch elsewhere."""
+    convert = _converter(tp)
+    if _nullable(tp):
+        return functools.partial(_none_or, convert)
+    if tp is float:
+        return functools.partial(_nan_or, convert)
+    return convert
 
 
 def _none_or(convert: Converter, value: Any) -> Any:
     return None if value is None else convert(value)
 
 
+def _nan_or(convert: Converter, value: Any) -> Any:
+    return math.nan if value is None else convert(value)
+
+
 def _first_fit(options: tuple[Converter, ...], value: Any) -> Any:
     if value is None:
         return None
+    last = _Mismatch(f"{_json_type(value)} fits none of its types")
     for convert in options:
         try:
             return convert(value)
-        except _Mismatch:
+        except _Mismatch as exc:
+            last = exc
             continue
-    raise _Mismatch
+    raise last
+
+
+def _literal(words: tuple[Any, ...], value: Any) -> Any:
+    if value in words and type(value) in {type(w) for w in words}:
+        return value
+    raise _Mismatch(f"{json.dumps(value)[:60]} is not one of {', '.join(map(str, words))}")
 
 
 def _sequence(item: Converter, as_tuple: bool, value: Any) -> Any:
     if not isinstance(value, list):
-        raise _Mismatch
-    items = [_none_or(item, v) for v in value]
+        raise _Mismatch(f"expected an array, found {_json_type(value)}")
+    items = []
+    for i, v in enumerate(value):
+        try:
+            items.append(item(v))
+        except _Mismatch as exc:
+            raise exc.within(f"[{i}]") from None
     return tuple(items) if as_tuple else items
 
 
 def _fixed_tuple(items: tuple[Converter, ...], value: Any) -> Any:
     if not isinstance(value, list):
-        raise _Mismatch
-    return tuple(_none_or(c, v) for c, v in zip(items, value, strict=False))
+        raise _Mismatch(f"expected an array, found {_json_type(value)}")
+    out = []
+    for i, (c, v) in enumerate(zip(items, value, strict=False)):
+        try:
+            out.append(c(v))
+        except _Mismatch as exc:
+            raise exc.within(f"[{i}]") from None
+    return tuple(out)
 
 
 def _mapping(val: Converter, value: Any) -> Any:
     if not isinstance(value, dict):
-        raise _Mismatch
-    return {k: _none_or(val, v) for k, v in value.items()}
+        raise _Mismatch(f"expected an object, found {_json_type(value)}")
+    out = {}
+    for k, v in value.items():
+        try:
+            out[k] = val(v)
+        except _Mismatch as exc:
+            raise exc.within(str(k)) from None
+    return out
 
 
 _SCALARS = (Path, bool, int, float, str)
+_SCALAR_NAMES = {Path: "a path", bool: "a boolean", int: "an integer", float: "a number"}
 
 
 def _scalar(tp: Any, value: Any) -> Any:
@@ -225,15 +404,16 @@ def _scalar(tp: Any, value: Any) -> Any:
         return Path(value)
     if tp is bool and isinstance(value, bool):
         return value
-    if isinstance(value, bool):  # JSON true is no number
-        raise _Mismatch
-    if tp is int and isinstance(value, int):
+    if tp is int and isinstance(value, int) and not isinstance(value, bool):
         return value
-    if tp is float and isinstance(value, int | float):
+    # JSON true is no number; a float field takes an integer (json writes 1.0 as 1.0, but a
+    # hand-written report may say 60)
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
         return value
     if tp is str and isinstance(value, str):
         return value
-    raise _Mismatch
+    expected = _SCALAR_NAMES.get(tp, "a string")
+    raise _Mismatch(f"expected {expected}, found {_json_type(value)}")
 
 
 def _member(tp: type[enum.Enum], value: Any) -> Any:
@@ -241,7 +421,9 @@ def _member(tp: type[enum.Enum], value: Any) -> Any:
     try:
         return tp(value)
     except ValueError:
-        raise _Mismatch from None
+        words = ", ".join(str(m.value) for m in tp)
+        shown = json.dumps(value)[:60]
+        raise _Mismatch(f"{shown} is not a {tp.__name__} this harness knows ({words})") from None
 
 
 def _empty(tp: Any) -> Any:
@@ -260,6 +442,6 @@ def _empty(tp: Any) -> Any:
     if origin is dict or tp is dict:
         return {}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        raise ValueError(f"a required {tp.__name__} is missing or not one of its words")
+        raise _Mismatch(f"a required {tp.__name__} is missing")
     simple: dict[Any, Any] = {str: "", int: 0, float: 0.0, bool: False, Path: Path()}
     return simple.get(tp)

@@ -1,25 +1,37 @@
 """Markdown: one table writer with one escaping rule (used by report.md, compare.md and
-bisect.md), and report.md itself."""
+bisect.md), and report.md itself. Every value that is not the harness's own words goes
+through `harness.text` (`md`, `code`): the trainer's output, names and paths render as the
+text they are, never as HTML, links, headings or a broken table."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
 from harness.report.model import Report
+from harness.text import markdown_code as code
+from harness.text import markdown_text
 
 
-def cell(value: object) -> str:
-    """A table cell: None is '-', a pipe is escaped, line breaks become spaces (a raw newline
-    or pipe would end the row or add a column)."""
+def md(value: object, paragraph: bool = False) -> str:
+    """Report text as Markdown text (`paragraph`: it starts a paragraph or a list item)."""
+    return markdown_text(str(value), paragraph=paragraph)
+
+
+def value_text(value: object) -> str:
+    """A value as a table shows it, in any format: None is '-', a float short, a bool yes/no."""
     if value is None or value == "":
         return "-"
     if isinstance(value, float):
-        text = f"{value:g}"
-    elif isinstance(value, bool):
-        text = "yes" if value else "no"
-    else:
-        text = str(value)
-    return " ".join(text.split()).replace("|", "\\|")
+        return f"{value:g}"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def cell(value: object) -> str:
+    """A table cell: a pipe is escaped, line breaks become spaces (a raw newline or pipe
+    would end the row or add a column), and the rest escaped as Markdown text."""
+    return markdown_text(value_text(value), paragraph=False) or "-"
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
@@ -44,23 +56,23 @@ def _exit_text(r: Report) -> str:
 
 def render_report(r: Report) -> str:
     v = r.verdict
-    lines = [f"# harness {r.mode}: {r.title}", ""]
+    lines = [f"# harness {r.mode}: {md(r.title)}", ""]
     if v is not None:
-        lines += [f"**Verdict: {v.kind}** — {v.summary}", ""]
+        lines += [f"**Verdict: {md(v.kind)}** — {md(v.summary)}", ""]
         if v.mechanism:
-            lines.append(f"- mechanism: {v.mechanism}")
+            lines.append(f"- mechanism: {md(v.mechanism)}")
         if v.location:
-            lines.append(f"- location: `{v.location}`")
+            lines.append(f"- location: {code(v.location)}")
         if v.location_frames:
-            lines.append(f"- frames: `{' → '.join(v.location_frames)}`")
+            lines.append(f"- frames: {code(' → '.join(v.location_frames))}")
         if v.waits_for:
-            lines.append(f"- waits: {v.waits_for}")
+            lines.append(f"- waits: {md(v.waits_for)}")
         if v.causes:
             lines += ["", "## Causes", ""]
             for c in v.causes:
-                lines += [f"### {c.id} ({c.confidence})", "", c.sentence, ""]
-                lines += [f"- evidence: {e}" for e in c.evidence]
-                lines += [f"- try: {x}" for x in c.remedies]
+                lines += [f"### {md(c.id)} ({md(c.confidence)})", "", md(c.sentence, True), ""]
+                lines += [f"- evidence: {md(e)}" for e in c.evidence]
+                lines += [f"- try: {md(x)}" for x in c.remedies]
                 lines.append("")
         if v.blame is not None or v.blame_skipped:
             lines += ["", "## Blame", ""]
@@ -70,14 +82,12 @@ def render_report(r: Report) -> str:
                 ("pragma introduced", hb.pragma_introduced if hb else None),
             ):
                 if lc is not None:
-                    lines.append(
-                        f'- {label}: `{lc.file}:{lc.line}` {lc.short} "{lc.subject}" '
-                        f"({lc.author}, {lc.date}; {lc.how_found})"
-                    )
+                    said = f'{lc.short} "{lc.subject}" ({lc.author}, {lc.date}; {lc.how_found})'
+                    lines.append(f"- {label}: {code(f'{lc.file}:{lc.line}')} {md(said)}")
             reason = hb.reason if hb is not None else v.blame_skipped
             if reason:
-                lines.append(f"- {reason}")
-        lines += ["", "## Evidence", ""] + [f"- {e}" for e in v.evidence] + [""]
+                lines.append(f"- {md(reason, True)}")
+        lines += ["", "## Evidence", ""] + [f"- {md(e, True)}" for e in v.evidence] + [""]
     limits = r.limits
     rows: list[tuple[str, object]] = [
         ("run id", r.run_id),
@@ -108,7 +118,7 @@ def render_report(r: Report) -> str:
     if last:
         lines += ["", "## Last metrics", "", *table(("key", "value"), sorted(last.items()))]
     if r.notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in r.notes]
+        lines += ["", "## Notes", ""] + [f"- {md(n, True)}" for n in r.notes]
     present = [name for name in ("report.json", *_files(r)) if name]
     lines += ["", f"Artifacts: {', '.join(present)}", ""]
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from harness.files import atomic_write
 from harness.report import github, markdown
 from harness.report.html import render_index
 from harness.report.runs import RunRow
+from harness.text import terminal_safe
 
 SCHEMA_VERSION = 1
 
@@ -93,8 +94,9 @@ class Matrix:
         }
 
     def markdown(self) -> str:
-        said = [f"- {c}" for c in self.conclusion]
-        return "\n".join([f"# {self.title}", "", *said, "", *self.table()]) + "\n"
+        said = [f"- {markdown.md(c, paragraph=True)}" for c in self.conclusion]
+        head = f"# {markdown.md(self.title)}"
+        return "\n".join([head, "", *said, "", *self.table()]) + "\n"
 
 
 def write_index(m: Matrix, out: Path) -> Path:
@@ -131,14 +133,19 @@ def print_matrix(m: Matrix, out: Path, as_json: bool, stream: TextIO | None = No
     for row in m.rows:
         cells = []
         for c in cols:
-            text = escape(markdown.cell(c.value(row)))
+            text = _shown(markdown.value_text(c.value(row)))
             cells.append(f"[{outcome.style(row.kind)}]{text}[/]" if c.header == "verdict" else text)
         table.add_row(*cells)
     console.print(table)
     for row in m.rows:
         if row.kind != outcome.Kind.PASS and row.summary:
             label = ", ".join(f"{a}={row.coordinate(a)}" for a in m.axes) or row.variant
-            console.print(escape(f"{label}: {row.summary}"), soft_wrap=True)
+            console.print(_shown(f"{label}: {row.summary}"), soft_wrap=True)
     for line in m.conclusion:
-        console.print(escape(line))
-    console.print(escape(f"report: {out}"))
+        console.print(_shown(line))
+    console.print(_shown(f"report: {out}"))
+
+
+def _shown(text: str) -> str:
+    """Run text for the terminal: one line, no terminal controls, escaped as rich markup."""
+    return escape(" ".join(terminal_safe(text).split()))

@@ -176,6 +176,9 @@ class Report:
     samples: SampleSet | None = None
     cleanup: Cleanup = field(default_factory=Cleanup)
     notes: list[str] = field(default_factory=list)
+    # report file → why it could not be written (a full disk, a read-only folder): the run's
+    # verdict and exit code stand; these files are missing (report.store, report.writers)
+    unwritten: dict[str, str] = field(default_factory=dict)
     started_at: str = field(default_factory=now_stamp)
     finished_at: str | None = None
     # evidence name → path relative to the report folder: every file a check reads
@@ -252,6 +255,7 @@ class Report:
             "samples": plain(self.samples) if self.samples is not None else None,
             "cleanup": plain(self.cleanup),
             "notes": self.notes,
+            "unwritten": dict(self.unwritten),
             "artifacts": {name: name for name in self.files()},
             "evidence": dict(self.evidence),
         }

@@ -1,7 +1,9 @@
 """The files `store.finish` writes into a report folder, as a registry: one entry per file,
 in the order they are written (report.html last: its list of files links the others). Each
 writer runs under one guard: a writer that fails leaves a note in the report instead of
-costing the others, or report.json, which `finish` writes after them all.
+costing the others, or report.json, which `finish` writes before them (brief) and after them
+(in full). A write that fails on the disk (full, over quota, read-only) is also recorded in
+`report.unwritten`, which the terminal reports in one line.
 
 Adding a report format: one `Writer` entry here.
 """
@@ -12,7 +14,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.files import atomic_write
+from harness.files import atomic_write, write_failure
 from harness.report import html, junit, markdown, stacks
 from harness.report.model import Report, plain
 
@@ -44,7 +46,8 @@ WRITERS: tuple[Writer, ...] = (
 
 def write_all(report: Report, writers: tuple[Writer, ...] = WRITERS) -> list[str]:
     """Write each file of the report, in order; the names written. A writer that raises
-    (a rendering bug, a full disk) adds a note to the report and the next one runs."""
+    (a rendering bug, a full disk) adds a note to the report and the next one runs: after a
+    full disk, a smaller file may still fit."""
     written = []
     for writer in writers:
         try:
@@ -52,6 +55,10 @@ def write_all(report: Report, writers: tuple[Writer, ...] = WRITERS) -> list[str
             if text is not None:
                 atomic_write(report.artifact(writer.name), text)
                 written.append(writer.name)
+        except OSError as exc:  # the disk, not the renderer: the file is missing, no more
+            why = write_failure(exc)
+            report.unwritten[writer.name] = why
+            report.notes.append(f"{writer.name} not written: {why}")
         except Exception as exc:
             report.notes.append(f"{writer.name} not written: {exc!r}")
     return written
