@@ -1,14 +1,19 @@
 """Small file helpers every layer uses: atomic writes (a reader never sees half a file, a
-crash never leaves one) and tolerant reads of files that may vanish (/proc, /sys)."""
+crash never leaves one), tolerant reads of files that may vanish (/proc, /sys), and the
+one-line wording of a write that failed (a full disk, a quota, a read-only folder)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
 
 
 def atomic_write(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file renamed into place. On failure (a
+    full disk: ENOSPC, EDQUOT, or EFBIG under RLIMIT_FSIZE) the temporary file is removed and
+    the OSError raised: `path` keeps its previous content, whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -20,6 +25,14 @@ def atomic_write(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_failure(exc: OSError) -> str:
+    """An OSError of a write in one line, for a note or the terminal: "No space left on
+    device (ENOSPC)", "File too large (EFBIG)"."""
+    name = errno.errorcode.get(exc.errno or 0)
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return f"{text} ({name})" if name else text
 
 
 def read_text(path: str | Path) -> str | None:

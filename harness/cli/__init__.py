@@ -2,11 +2,43 @@
 groups defined once (`options`), and here the dispatch, the signal handlers and the mapping
 of every way a command can end to an exit code (harness.outcome)."""
 
+# ruff: noqa: E402  (the early signal handler below is installed before the imports under it)
+
 from __future__ import annotations
 
-import argparse
+import os
 import signal
 import sys
+
+# Ctrl-C at any moment: importing the commands takes most of a second, and Python's own
+# handler would raise KeyboardInterrupt inside some import (a traceback, exit 1 or -2).
+# Until main() installs the real handlers, a signal ends the process at once: nothing has
+# been started or written yet, so there is nothing to clean up. Only when this process is
+# the harness itself (`harness`, `python -m harness`), never when a test or a tool imports
+# this package.
+_EARLY_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _early_interrupt(signum: int, _frame: object) -> None:
+    message = f"harness: interrupted by signal {signum} while starting: nothing was written\n"
+    try:
+        os.write(2, message.encode())
+    finally:
+        os._exit(128 + signum)  # outcome.interrupted_code, not imported yet
+
+
+def _is_harness_process() -> bool:
+    argv0 = sys.argv[0] if sys.argv else ""
+    parts = argv0.replace(os.sep, "/").split("/")
+    return parts[-1] == "harness" or parts[-2:] == ["harness", "__main__.py"]
+
+
+if _is_harness_process():
+    for _sig in _EARLY_SIGNALS:
+        signal.signal(_sig, _early_interrupt)
+
+import argparse
+import contextlib
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,6 +48,9 @@ from harness import __version__, outcome
 from harness.cli import bisect, build, check, compare, doctor, pin, probe, report, run, sweep, watch
 from harness.cli.options import Parser
 from harness.errors import HarnessError, Interrupted
+from harness.files import atomic_write
+from harness.pipeline.run import RunInterrupted
+from harness.text import terminal_safe
 
 DESCRIPTION = (
     """\
@@ -71,34 +106,63 @@ def _install_signal_handlers() -> None:
         fired.append(signum)
         raise Interrupted(signum)
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in _EARLY_SIGNALS:
         signal.signal(sig, handler)
+    # A write past RLIMIT_FSIZE (a file size limit: a full disk's stand-in, or a CI quota)
+    # sends SIGXFSZ, whose default action kills the process: ignored, the write fails with
+    # EFBIG instead and is a note in the report, like ENOSPC (report.store.finish). CPython
+    # already ignores it at start-up; said here so that no other entry point depends on it.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def _interrupted(exc: Interrupted) -> int:
+    """One line: where the interruption left the report (none before the run's folder)."""
+    if isinstance(exc, RunInterrupted):
+        folder = exc.report.directory
+        failed = exc.report.unwritten.get("report.json")
+        where = (
+            f"report (status {exc.report.status}): {folder}"
+            if failed is None
+            else f"the report could not be written in {folder}: {failed}"
+        )
+        line = f"harness: interrupted by signal {exc.signum} at stage {exc.stage}; {where}"
+    else:
+        line = (
+            f"harness: interrupted by signal {exc.signum} before the run's report folder "
+            "was made: nothing was written"
+        )
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr)
+    return outcome.interrupted_code(exc.signum)
 
 
 def _internal_error(exc: Exception, report_dir: Path) -> int:
-    """A bug in the harness: one line on stderr, the traceback in a file."""
+    """A bug in the harness: one line on stderr, the traceback in a file. Neither a full
+    disk nor an unusable report folder stops the line or the exit code."""
     path = report_dir / "harness-internal-error.txt"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(traceback.format_exc())
+        atomic_write(path, traceback.format_exc())  # whole or not at all, never empty
         where = f" (traceback in {path})"
-    except OSError:
-        where = ""
-    print(f"harness: internal error: {exc!r}{where}", file=sys.stderr)
+    except Exception as write_exc:
+        where = f" (no traceback file: {path}: {write_exc})"
+    with contextlib.suppress(OSError):
+        print(f"harness: internal error: {exc!r}{where}", file=sys.stderr)
     return outcome.INTERNAL_ERROR
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    _install_signal_handlers()
+    _install_signal_handlers()  # first: a signal from here on ends in exit 128+N, no traceback
+    args: argparse.Namespace | None = None
     try:
+        args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except HarnessError as exc:
-        print(f"harness: error: {exc.message}", file=sys.stderr)
+        print(f"harness: error: {terminal_safe(exc.message)}", file=sys.stderr)
         return exc.exit_code
     except Interrupted as exc:
-        print(f"harness: interrupted by signal {exc.signum}", file=sys.stderr)
-        return outcome.interrupted_code(exc.signum)
+        return _interrupted(exc)
+    except KeyboardInterrupt:  # a SIGINT handler of ours was replaced (a library did)
+        return _interrupted(Interrupted(int(signal.SIGINT)))
     except BrokenPipeError:  # `harness ... | head`: the reader left; nothing to report
         return outcome.BROKEN_PIPE
     except Exception as exc:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from harness.cli.assignments import split_assignments
+from harness.config.fields import MAX_SECONDS
 from harness.execute.runner import SampleOptions
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S
 from harness.outcome import USAGE
@@ -51,6 +52,8 @@ def _seconds(text: str, zero_ok: bool) -> float:
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
         bound = ">= 0" if zero_ok else "> 0"
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds {bound}, got {text}")
+    if value > MAX_SECONDS:  # the same bound as a config's timeouts (they would overflow)
+        raise argparse.ArgumentTypeError(f"at most {MAX_SECONDS:.0f} seconds (30 days), got {text}")
     return value
 
 

@@ -23,6 +23,7 @@ from harness.config.signatures import Signatures, load_signatures
 from harness.errors import HarnessError, Interrupted
 from harness.execute import runner
 from harness.execute.watchdog import Limits
+from harness.files import write_failure
 from harness.outcome import BUILD_FAILED, USAGE, Kind, interrupted_code
 from harness.pipeline.diagnose import diagnose
 from harness.pipeline.epochs import check_whole_epochs
@@ -120,8 +121,22 @@ def run_env(opts: RunOptions) -> tuple[Report, int]:
     checked_rules(pin.causes)  # a pin's bad [[causes]] fails now, not after the run
     if opts.steps is not None:
         check_whole_epochs(opts, scenario, pin, settings, opts.steps)
+    store.check_report_dir(opts.report_dir)  # a folder that cannot hold a report: now, not after
     run_id = store.new_run_id(f"{scenario.env}-{opts.variant}")
     report = Report(run_id, opts.report_dir / run_id, list(opts.harness_argv), "run").claim()
+    try:
+        # from here on every exit path (a signal too) leaves a finished report
+        with finishing(report):
+            _start_report(opts, scenario, pin, settings, report)
+            return _run_env_stages(opts, scenario, pin, settings, report)
+    finally:
+        opts.progress.close()  # the summary replaces the live line
+
+
+def _start_report(
+    opts: RunOptions, scenario: Scenario, pin: Pin, settings: RunSettings, report: Report
+) -> None:
+    """The report's first write: what runs, the pin and scenario as used (evidence/)."""
     report.env = scenario.env
     report.limits = limits_for(opts, settings)
     report.variant = VariantInfo(opts.variant)
@@ -136,19 +151,25 @@ def run_env(opts: RunOptions) -> tuple[Report, int]:
     store.write_evidence(
         report, "pin", "pin.json", json.dumps(plain(pin.raw), indent=2, default=str) + "\n"
     )
-    store.copy_evidence(report, "scenario", scenario.file, "scenario.toml")
+    store.copy_evidence(report, "scenario", scenario.file.resolve(), "scenario.toml")
     store.save(report, "pin")
-    try:
-        with finishing(report):
-            return _run_env_stages(opts, scenario, pin, settings, report)
-    finally:
-        opts.progress.close()  # the summary replaces the live line
+
+
+class RunInterrupted(Interrupted):
+    """A signal after the run's report was started: that report is finished (status
+    `interrupted`), and the command line names it."""
+
+    def __init__(self, signum: int, report: Report, stage: str) -> None:
+        super().__init__(signum)
+        self.report = report
+        self.stage = stage  # the stage the signal stopped
 
 
 @contextlib.contextmanager
 def finishing(report: Report) -> Iterator[None]:
     """Whatever ends a run early (a usage error, a missing tool, a signal, a harness bug)
-    leaves a finished report that says so, not one stuck at status "running"."""
+    leaves a finished report that says so, not one stuck at status "running". Writing it
+    raises nothing of its own (a full disk is a note: `store.finish`)."""
     try:
         yield
     except HarnessError as exc:
@@ -160,12 +181,15 @@ def finishing(report: Report) -> Iterator[None]:
         store.finish(report, "failed")
         raise
     except Interrupted as exc:
-        report.notes.append(f"interrupted by signal {exc.signum} at stage {report.stage}")
+        stage = report.stage
+        report.notes.append(f"interrupted by signal {exc.signum} at stage {stage}")
         report.verdict = report.verdict or classify.Verdict(
-            Kind.INTERRUPTED, f"interrupted at stage {report.stage}", signum=exc.signum
+            Kind.INTERRUPTED, f"interrupted at stage {stage}", signum=exc.signum
         )
         store.finish(report, "interrupted")
-        raise
+        if isinstance(exc, RunInterrupted):
+            raise
+        raise RunInterrupted(exc.signum, report, stage) from exc
     except Exception as exc:
         report.notes.append(f"harness error: {exc!r}")
         store.finish(report, "failed")
@@ -187,6 +211,7 @@ def _run_env_stages(
         progress=opts.progress,
     ).result
     report.build = built
+    report.notes.extend(built.notes)  # a damaged cache entry was rebuilt: say why
     report.timings.build_s = built.duration_s
     config_files = settings.config_files or pin.config_files
     save_build_evidence(report, built.tree, built.log_path, config_files, settings.upstream_env)
@@ -201,7 +226,10 @@ def _run_env_stages(
     run_dir = built.tree
     if pin.run_cwd == "report":  # a trainer that writes into its cwd gets its own folder
         run_dir = report.artifact("workdir")
-        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # the disk filled up since the report folder was checked
+            raise HarnessError(f"cannot create {run_dir}: {write_failure(exc)}") from None
     spec = runner.RunSpec(
         argv=argv,
         cwd=run_dir,
@@ -269,6 +297,7 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
     exe = opts.argv[0]
     if shutil.which(exe, path=os.environ.get("PATH")) is None and not Path(opts.cwd, exe).exists():
         raise HarnessError(f"command not found: {exe}", USAGE)
+    store.check_report_dir(opts.report_dir)  # a folder that cannot hold a report: now, not after
     run_id = store.new_run_id(f"watch-{Path(exe).name}")
     report = Report(run_id, opts.report_dir / run_id, list(opts.harness_argv), "watch").claim()
     limits = Limits(opts.timeout_s, opts.startup_s, opts.stall_s, opts.quiescent_s)
@@ -276,7 +305,6 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
     report.command = CommandInfo(
         argv=list(opts.argv), cwd=str(opts.cwd), env=dict(opts.trainer_env), parser=opts.parser
     )
-    store.save(report, "run")
     spec = runner.RunSpec(
         argv=list(opts.argv),
         cwd=opts.cwd,
@@ -284,11 +312,12 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
         parser=opts.parser,
         log_path=report.artifact("output.log"),
     )
-    opts.progress.phase("run")
     try:
-        # everything after the launch too: a failure while diagnosing or writing still
-        # leaves a finished report, never one stuck at "running"
+        # from the first write to the last (a signal, a failure while diagnosing or
+        # writing): a finished report, never one stuck at "running"
         with finishing(report):
+            store.save(report, "run")
+            opts.progress.phase("run")
             outcome = runner.run_watched(
                 spec,
                 limits,

@@ -1,0 +1,151 @@
+"""Ctrl-C at any moment, for real: SIGINT sent to a running `harness` at fixed delays from
+its start (while Python starts, while the commands are imported, while the command line is
+read, once the report folder exists), during a real build and during the run. Each ends
+with exit 130, no traceback, and either one line saying nothing was written (no run folder)
+or a report.json with a final status."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.outcome import interrupted_code
+from tests.harness_cli import ROOT, only_report_dir, wait_for_trainer
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+SIGINT_CODE = interrupted_code(signal.SIGINT)
+DELAYS_S = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
+# windows long enough that the program is still running at the last delay
+LONG = ["--startup", "30", "--stall", "30", "--quiescent", "0", "--timeout", "60", "--quiet"]
+NOTHING_WRITTEN = "nothing was written"
+
+
+def start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def ended(proc: subprocess.Popen[bytes], timeout: float = 60) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return proc.returncode, err.decode(errors="replace")
+
+
+def before_the_harness(code: int, stderr: str) -> bool:
+    """The signal came while CPython itself was starting, before the harness's first line
+    ran (no handler of ours can exist yet): death by SIGINT (the default action; a shell
+    reports 130 all the same), or CPython's own fatal error while importing `site` (the
+    venv's .pth files). Nothing of the harness ran, so nothing can have been written."""
+    if code == -signal.SIGINT:
+        return stderr == ""
+    cpython = stderr.startswith("Fatal Python error: init_import_site")
+    return code == 1 and cpython and "/harness/" not in stderr
+
+
+def assert_interrupted(code: int, stderr: str, root: Path, when: str) -> dict[str, Any] | None:
+    """Exit 130 without a traceback; the run folder, if any, holds a finished report.json
+    (returned), else the harness said nothing was written."""
+    if before_the_harness(code, stderr):
+        assert only_report_dir(root) is None, when
+        return None
+    assert "Traceback" not in stderr, f"{when}: {stderr}"
+    assert code == SIGINT_CODE, f"{when}: exit {code}: {stderr}"
+    folder = only_report_dir(root)
+    if folder is None:
+        assert NOTHING_WRITTEN in stderr, f"{when}: {stderr}"
+        return None
+    assert NOTHING_WRITTEN not in stderr, f"{when}: {stderr}"
+    report: dict[str, Any] = json.loads((folder / "report.json").read_text())
+    assert report["status"] in ("interrupted", "complete", "failed"), (when, report["status"])
+    return report
+
+
+def test_sigint_at_any_moment_exits_130_with_a_report_or_a_line(
+    tmp_path: Path, c_program: Callable[[str], Path]
+) -> None:
+    program = str(c_program("mutex_deadlock"))
+    runs = []
+    for delay in DELAYS_S:  # all at once: the delays are from each one's start
+        root = tmp_path / f"reports-{delay}"
+        proc = start(["watch", "--report-dir", str(root), *LONG, "--", program])
+        runs.append((delay, root, proc, time.monotonic()))
+    for delay, _, proc, started in runs:
+        time.sleep(max(0.0, started + delay - time.monotonic()))
+        proc.send_signal(signal.SIGINT)
+    outcomes: list[int | str] = []
+    seen: list[tuple[float, int, list[str]]] = []  # shown when the last assertion fails
+    for delay, root, proc, _ in runs:
+        code, stderr = ended(proc)
+        report = assert_interrupted(code, stderr, root, f"SIGINT after {delay}s")
+        outcomes.append(report["status"] if report else code)
+        seen.append((delay, code, stderr.strip().splitlines()[-1:]))
+    # the later delays reach the harness's own handlers (the early one, or main's)
+    assert SIGINT_CODE in outcomes or any(isinstance(o, str) for o in outcomes), seen
+
+
+def test_sigint_during_the_build_finishes_the_report(
+    tmp_path: Path, cache_env: dict[str, str]
+) -> None:
+    """A real build of the replica (a fresh cache), interrupted once report.json says the
+    build stage has begun."""
+    root = tmp_path / "reports"
+    proc = start(["run", "breakout", "--report-dir", str(root), "--quiet"], cache_env)
+    deadline = time.monotonic() + 60
+    while stage_of(root) != "build":
+        assert proc.poll() is None, f"the harness ended before its build: {ended(proc)}"
+        assert time.monotonic() < deadline, "the build stage did not begin within 60s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    code, stderr = ended(proc)
+    report = assert_interrupted(code, stderr, root, "during the build")
+    assert report is not None
+    assert (report["status"], report["verdict"]["kind"]) == ("interrupted", "interrupted")
+    assert "interrupted by signal 2 at stage build" in report["notes"]
+    assert stderr.strip().splitlines()[-1] == (
+        "harness: interrupted by signal 2 at stage build; report (status interrupted): "
+        f"{only_report_dir(root)}"
+    )
+
+
+def test_sigint_during_the_run_finishes_the_report(
+    tmp_path: Path, c_program: Callable[[str], Path]
+) -> None:
+    root = tmp_path / "reports"
+    proc = start(["watch", "--report-dir", str(root), *LONG, "--", str(c_program("sleepers"))])
+    wait_for_trainer(proc, root, timeout=60)
+    proc.send_signal(signal.SIGINT)
+    code, stderr = ended(proc)
+    report = assert_interrupted(code, stderr, root, "during the run")
+    assert report is not None
+    assert (report["status"], report["verdict"]["kind"]) == ("interrupted", "interrupted")
+
+
+def stage_of(root: Path) -> str | None:
+    folder = only_report_dir(root)
+    try:
+        data = json.loads((folder / "report.json").read_text()) if folder else {}
+    except (OSError, ValueError):  # not written yet (atomic writes: never half a file)
+        return None
+    stage = data.get("stage")
+    return stage if isinstance(stage, str) else None
