@@ -35,6 +35,9 @@ def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     cache = tmp_path_factory.mktemp("harness-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HARNESS_CACHE_DIR", str(cache))
+        # unoptimized builds: each history commit is a build of its own, and -O0 halves
+        # it (the fork hazard, the frames and the lines the search reads are the same)
+        mp.setenv("CFLAGS", "-O0")
         mp.delenv("HARNESS_CHECKOUT", raising=False)
         yield cache
 

@@ -20,7 +20,7 @@ from harness.errors import HarnessError
 from harness.outcome import USAGE
 from harness.pipeline import saved
 from harness.pipeline.options import CheckOptions
-from harness.report import load, store
+from harness.report import load, reading, store
 from tests.harness_cli import HarnessResult, harness
 
 pytestmark = pytest.mark.timeout(120)
@@ -125,16 +125,16 @@ def test_pin_evidence_linked_to_dev_zero_is_read_bounded(report: Path) -> None:
     _pin_evidence_to_dev_zero(report)
     start = time.monotonic()
     with pytest.raises(HarnessError) as info:
-        load.read_json(report, "evidence/pin.json", "unreadable pin evidence")
+        reading.read_json(report, "evidence/pin.json", "unreadable pin evidence")
     assert time.monotonic() - start < 5.0 and "\n" not in info.value.message
 
 
 def test_evidence_over_the_cap_is_refused(report: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (report / "evidence").mkdir(exist_ok=True)
     (report / "evidence" / "pin.json").write_text(json.dumps({"x": "y" * 200}))
-    monkeypatch.setattr(load, "EVIDENCE_LIMIT", 100)
+    monkeypatch.setattr(reading, "EVIDENCE_LIMIT", 100)
     with pytest.raises(HarnessError, match="larger than 100 bytes"):
-        load.read_json(report, "evidence/pin.json", "pin evidence", load.EVIDENCE_LIMIT)
+        reading.read_json(report, "evidence/pin.json", "pin evidence", reading.EVIDENCE_LIMIT)
     with pytest.raises(HarnessError, match="larger than 100 bytes"):
         saved.check_evidence_tree(report)
 
@@ -193,7 +193,7 @@ def test_deep_but_parseable_nesting(report: Path) -> None:
         deep = [deep]
     data["notes"] = deep
     _write(report, data)
-    _refused(report, f"nested deeper than {load.MAX_DEPTH}")
+    _refused(report, f"nested deeper than {reading.MAX_DEPTH}")
 
 
 def test_a_newer_schema_version_is_refused(report: Path) -> None:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import MARKER, BuildResult, build, copy_source, new_scratch_tree
+from harness.build import BuildResult, build, copy_source, new_scratch_tree
+from harness.build.entry import MARKER
 from harness.config.pin import Pin, load_pin
 from harness.errors import HarnessError
 from harness.outcome import USAGE

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,7 +61,12 @@ def before_the_harness(code: int, stderr: str) -> bool:
     if code == -signal.SIGINT:
         return stderr == ""
     cpython = stderr.startswith("Fatal Python error: init_import_site")
-    return code == 1 and cpython and "/harness/" not in stderr
+    # or runpy still looking for the package `harness` (`python -m`): a KeyboardInterrupt
+    # whose every frame is CPython's own (<frozen …>), none of a file of ours
+    frames = re.findall(r'^\s*File "([^"]+)"', stderr, re.M)
+    runpy = stderr.rstrip().endswith("KeyboardInterrupt") and bool(frames)
+    runpy = runpy and all(f.startswith("<frozen ") for f in frames)
+    return code == 1 and (cpython or runpy) and "/harness/" not in stderr
 
 
 def assert_interrupted(code: int, stderr: str, root: Path, when: str) -> dict[str, Any] | None:

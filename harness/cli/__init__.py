@@ -2,49 +2,18 @@
 groups defined once (`options`), and here the dispatch, the signal handlers and the mapping
 of every way a command can end to an exit code (harness.outcome)."""
 
-# ruff: noqa: E402  (the early signal handler below is installed before the imports under it)
-
 from __future__ import annotations
-
-import os
-import signal
-import sys
-
-# Ctrl-C at any moment: importing the commands takes most of a second, and Python's own
-# handler would raise KeyboardInterrupt inside some import (a traceback, exit 1 or -2).
-# Until main() installs the real handlers, a signal ends the process at once: nothing has
-# been started or written yet, so there is nothing to clean up. Only when this process is
-# the harness itself (`harness`, `python -m harness`), never when a test or a tool imports
-# this package.
-_EARLY_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def _early_interrupt(signum: int, _frame: object) -> None:
-    message = f"harness: interrupted by signal {signum} while starting: nothing was written\n"
-    try:
-        os.write(2, message.encode())
-    finally:
-        os._exit(128 + signum)  # outcome.interrupted_code, not imported yet
-
-
-def _is_harness_process() -> bool:
-    argv0 = sys.argv[0] if sys.argv else ""
-    parts = argv0.replace(os.sep, "/").split("/")
-    return parts[-1] == "harness" or parts[-2:] == ["harness", "__main__.py"]
-
-
-if _is_harness_process():
-    for _sig in _EARLY_SIGNALS:
-        signal.signal(_sig, _early_interrupt)
 
 import argparse
 import contextlib
+import signal
+import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
-from harness import __version__, outcome
+from harness import EARLY_SIGNALS, __version__, outcome
 from harness.cli import bisect, build, check, compare, doctor, pin, probe, report, run, sweep, watch
 from harness.cli.options import Parser
 from harness.errors import HarnessError, Interrupted
@@ -106,7 +75,7 @@ def _install_signal_handlers() -> None:
         fired.append(signum)
         raise Interrupted(signum)
 
-    for sig in _EARLY_SIGNALS:
+    for sig in EARLY_SIGNALS:
         signal.signal(sig, handler)
     # A write past RLIMIT_FSIZE (a file size limit: a full disk's stand-in, or a CI quota)
     # sends SIGXFSZ, whose default action kills the process: ignored, the write fails with

@@ -31,7 +31,7 @@ from harness.contain import confined, open_regular
 from harness.errors import HarnessError
 from harness.outcome import CHECK_FAILED, USAGE
 from harness.pipeline.options import CheckOptions
-from harness.report import load, store
+from harness.report import reading, store
 from harness.report.model import CONFIG_EVIDENCE, EVIDENCE_DIR, RUN_EVIDENCE
 from harness.report.store import SavedStatus
 
@@ -165,7 +165,7 @@ def _from_evidence(
     pin_rel, scenario_rel = evidence.get("pin"), evidence.get("scenario")
     if opts.pin is None and isinstance(pin_rel, str):
         path = folder / pin_rel
-        data = load.read_json(folder, pin_rel, "unreadable pin evidence")
+        data = reading.read_json(folder, pin_rel, "unreadable pin evidence")
         if not isinstance(data, dict):
             raise HarnessError(f"{path}: unreadable pin evidence: not a JSON object", USAGE)
         lineage = [str(n) for n in _list_of(_table_of(saved, "pin"), "lineage")]
@@ -175,7 +175,7 @@ def _from_evidence(
     if opts.scenario is None and isinstance(scenario_rel, str):
         # checked (inside the folder, a regular file, under the cap) before the loader reads
         what = f"evidence scenario {scenario_rel!r}"
-        load.read_bytes(folder, scenario_rel, what, load.EVIDENCE_LIMIT)
+        reading.read_bytes(folder, scenario_rel, what, reading.EVIDENCE_LIMIT)
         scenario: Scenario | None = load_scenario(str(confined(folder, scenario_rel, what=what)))
     else:
         scenario = _named_scenario(opts, saved)
@@ -226,9 +226,9 @@ def check_evidence_tree(folder: Path) -> None:
             if not stat.S_ISREG(mode):
                 why = "a folder link" if stat.S_ISDIR(mode) else "not a regular file"
                 raise HarnessError(f"{entry}: evidence refused: {why}", USAGE)
-            if resolved.stat().st_size > load.EVIDENCE_LIMIT:
+            if resolved.stat().st_size > reading.EVIDENCE_LIMIT:
                 raise HarnessError(
-                    f"{entry}: evidence refused: larger than {load.EVIDENCE_LIMIT} bytes", USAGE
+                    f"{entry}: evidence refused: larger than {reading.EVIDENCE_LIMIT} bytes", USAGE
                 )
 
 

@@ -300,9 +300,9 @@ def load_status(path: Path) -> SavedStatus:
     as `report.load` reads any report (a regular file inside its folder, bounded, its
     schema_version and every typed value checked): one line and USAGE otherwise."""
     # the reading side is imported where it is used: the writers above never need it
-    from harness.report import load
+    from harness.report import load, reading
 
-    report_json, data = load.read_report_json(path)
+    report_json, data = reading.read_report_json(path)
     load.report_from_json(data, report_json.parent, report_json)
     try:
         written = report_json.stat().st_mtime

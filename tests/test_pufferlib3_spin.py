@@ -1,0 +1,44 @@
+"""PufferLib 3.0.0's final evaluation stuck (a real trigger): a spin, located by py-spy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.harness_cli import harness, tree_is_gone
+from tests.pufferlib3 import MARKS, PIN, STALL, build
+
+pytestmark = MARKS
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> None:
+    build(tmp_path_factory)
+
+
+def test_stuck_final_evaluation_is_a_spin_located_by_py_spy(tmp_path: Path, built: None) -> None:
+    # a real trigger: with frameskip 0 no episode ever ends, so the evaluation loop after
+    # training (it waits for episode stats) never exits; the trainer spins, silent
+    res = harness(
+        "run",
+        "breakout",
+        *PIN,
+        "--steps",
+        "100000",
+        "--arg=--env.frameskip=0",
+        "--stall",
+        STALL,
+        "--timeout",
+        "180",
+        report_root=tmp_path,
+        timeout=300,
+    )
+    report = res.report
+    v = report["verdict"]
+    assert res.code == 2, v
+    assert (v["kind"], v["mechanism"], v["location"]) == ("hang", "spin", "evaluate")
+    assert report["trigger"] == "stall"
+    assert any("py-spy" in line for line in v["evidence"])
+    assert report["samples"]["tools"]["py-spy"] == "used"
+    assert tree_is_gone(report["exit"]["pid"])
