@@ -75,11 +75,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--baseline-timeout", type=float, default=60.0)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--smoke", action="store_true", help="one round, 5 s baselines")
+    ap.add_argument("--smoke", action="store_true", help="one round, 2 s baselines")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args()
     if args.smoke:
-        args.repeat, args.baseline_timeout = 1, 5.0
+        args.repeat, args.baseline_timeout = 1, 2.0
     pin = load_pin("replica")
     settings = load_scenario("breakout").settings(pin.lineage)
     built = verify_prepare_build(pin, "breakout", "stock", None, False).result

@@ -53,7 +53,7 @@ def test_dead_worker_leaves_main_spinning_in_recv(tmp_path: Path, built: None) -
         argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
     )
     try:
-        worker = _wait_for_worker(proc, tmp_path, frames=3, timeout=180)
+        worker = _wait_for_worker(proc, tmp_path, frames=1, timeout=180)
         worker.kill()
         out, _ = proc.communicate(timeout=240)
     finally:
