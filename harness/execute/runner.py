@@ -239,12 +239,8 @@ def run_watched(
     wall_start = time.time()
     proc, read_fd = _launch(spec, guard)
     start = time.monotonic()
-    pump = OutputPump(read_fd, spec.log_path, parser, echo)
-    pump.start()
     # a look far later than the watch loop's cadence is a pause of the harness
     dog = Watchdog(limits, start, pause_after_s=pause_threshold(WATCH_INTERVAL_S))
-    dog.resync(start, _boottime())
-    watch = WatchLoop(proc.pid, start, quiescence=limits.quiescent_s > 0)
     seen: dict[int, psutil.Process] = {}
     samples: SampleSet | None = None
     sampling_s = 0.0
@@ -252,7 +248,15 @@ def run_watched(
     reason = "exited"
     progressing = False
     interrupt_signal: int | None = None
+    # from the launch on, every path (a signal during the set-up below included) goes
+    # through the `finally` that kills the tree and the outcome that records its pid
+    pump: OutputPump | None = None
+    watch: WatchLoop | None = None
     try:
+        pump = OutputPump(read_fd, spec.log_path, parser, echo)
+        pump.start()
+        dog.resync(start, _boottime())
+        watch = WatchLoop(proc.pid, start, quiescence=limits.quiescent_s > 0)
         if on_started is not None:
             on_started(proc.pid)
         output_size, output_at = 0, None
@@ -313,15 +317,21 @@ def run_watched(
         interrupt_signal = exc.signum
     finally:
         # orphans of the trainer that left its session were adopted by us (subreaper)
-        _remember(watch.new_pids(), seen)  # born during the last look or the dump
+        if watch is not None:
+            _remember(watch.new_pids(), seen)  # born during the last look or the dump
         adopted = [p for p in proctree.descendants(os.getpid()) if p.pid not in before]
         cleanup = proctree.kill_tree(proc, proc.pid, [*seen.values(), *adopted])
-        watch.close()
+        if watch is not None:
+            watch.close()
         guard.release()  # the tree is dead and reaped: the reaper exits, killing nothing
-        pump.join(timeout=2.0)
+        if pump is not None:
+            pump.join(timeout=2.0)
         with contextlib.suppress(OSError):
             os.close(read_fd)
-        pump.join(timeout=1.0)
+        if pump is not None:
+            pump.join(timeout=1.0)
+    if pump is None:  # interrupted before the output pump started: an empty, unstarted one
+        pump = OutputPump(-1, spec.log_path, parser, None)
     for t in pump.take_progress():
         dog.progress(t)
     end = time.monotonic()
