@@ -201,13 +201,24 @@ class Paused:
 def watch_paused(
     tmp_path: Path, cmd: list[str], opts: list[str], ready: Callable[[Path], bool]
 ) -> Paused:
-    """`harness watch OPTS -- CMD`; once its run started and `ready(report folder)` holds,
-    the harness process alone is stopped for PAUSE_S and continued."""
+    """`harness watch OPTS -- CMD`, paused as `harness_paused` says."""
+    return harness_paused(tmp_path, ["watch", *opts, "--", *cmd], ready)
+
+
+def harness_paused(
+    tmp_path: Path,
+    args: list[str],
+    ready: Callable[[Path], bool],
+    env: dict[str, str] | None = None,
+) -> Paused:
+    """`harness ARGS`; once its run started and `ready(report folder)` holds, the harness
+    process alone is stopped for PAUSE_S and continued."""
     root = tmp_path / "reports"
-    argv = [sys.executable, "-m", "harness", "watch", "--report-dir", str(root), *opts, "--"]
+    argv = [sys.executable, "-m", "harness", args[0], "--report-dir", str(root), *args[1:]]
     start = time.monotonic()
     proc = subprocess.Popen(
-        [*argv, *cmd],
+        argv,
+        env={**os.environ, **(env or {})},
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -294,3 +305,30 @@ def test_a_genuine_deadlock_is_still_called_after_a_pause(
     gaps = res.pause_gaps()
     assert gaps and max(gaps) >= PAUSE_S - 0.5, report["notes"]
     assert res.elapsed >= res.stopped_at + PAUSE_S
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.needs_tool("gcc", why="builds the fixed replica")
+def test_the_fixed_replica_survives_a_paused_harness(
+    tmp_path: Path, cache_env: dict[str, str]
+) -> None:
+    """The issue's second finding: the fixed replica, a 4 s stall window, the harness
+    stopped for 8 s mid-run. Before the fix: "hang (spin) in vec_thread_main" (its workers
+    spin by design, and the 8 s the harness did not see counted as 8 s without a frame)."""
+    built = subprocess.run(
+        [sys.executable, "-m", "harness", "build", "breakout", "--variant", "fixed"],
+        cwd=ROOT,
+        env={**os.environ, **cache_env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stderr  # the run below is a cache hit
+    args = ["run", "breakout", "--variant", "fixed", "--stall", "4", "--timeout", "90"]
+    # a run that outlives the pause: the harness judges it after the pause
+    res = harness_paused(tmp_path, [*args, "--steps", "8388608"], output_has("Steps", 2), cache_env)
+    report = res.report
+    assert (res.code, report["verdict"]["kind"]) == (0, "pass"), (report["verdict"], res.stderr)
+    gaps = res.pause_gaps()
+    assert gaps and max(gaps) >= PAUSE_S - 0.5, report["notes"]
