@@ -314,8 +314,9 @@ def test_the_fixed_replica_survives_a_paused_harness(
     tmp_path: Path, cache_env: dict[str, str]
 ) -> None:
     """The issue's second finding: the fixed replica, a 4 s stall window, the harness
-    stopped for 8 s mid-run. Before the fix: "hang (spin) in vec_thread_main" (its workers
-    spin by design, and the 8 s the harness did not see counted as 8 s without a frame)."""
+    stopped for 8 s mid-run. Before the fix: "hang (spin) in vec_thread_main" in 1 of 2
+    runs by hand, 2 of 2 in the issue (its workers spin by design, and the 8 s the harness
+    did not see counted as 8 s without a frame)."""
     built = subprocess.run(
         [sys.executable, "-m", "harness", "build", "breakout", "--variant", "fixed"],
         cwd=ROOT,
