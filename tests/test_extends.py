@@ -144,7 +144,6 @@ def test_bisect_with_an_extending_pin_and_the_shipped_scenario(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HARNESS_CACHE_DIR", cache_env["HARNESS_CACHE_DIR"])
-    monkeypatch.setenv("CFLAGS", "-O0")  # a build per tested commit: unoptimized halves it
     h, pin = fork
     argv = ["bisect", "breakout", "--pin", str(pin), "--checkout", str(h.root)]
     argv += ["--good", h.commits[0], "--bad", h.commits[-1], "--location", "env_start"]
