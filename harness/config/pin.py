@@ -18,7 +18,13 @@ from typing import Any
 from harness.config.causes import Rule, rules_from_tables
 from harness.config.models import PIN_SCHEMA_VERSION as PIN_SCHEMA_VERSION
 from harness.config.models import PinModel
-from harness.config.schema_errors import check_partial, read_toml, validate
+from harness.config.schema_errors import (
+    check_partial,
+    is_config_file,
+    is_file_name,
+    read_toml,
+    validate,
+)
 from harness.config.signatures import Pattern
 from harness.errors import HarnessError
 from harness.outcome import USAGE
@@ -185,7 +191,7 @@ def _pin_path(name_or_path: str, base: Path | None = None) -> Path:
         raise HarnessError(f"pin {name_or_path!r}: a path with a NUL byte", USAGE)
     path = Path(name_or_path)
     if path.suffix != ".toml":
-        if not name_or_path or any(c in name_or_path for c in "/\\") or name_or_path[0] == ".":
+        if not is_file_name(name_or_path):
             raise HarnessError(
                 f"pin {name_or_path!r}: a pin is a name of a file in {pin_dir()}, "
                 "or a path ending in .toml",
@@ -198,11 +204,7 @@ def _pin_path(name_or_path: str, base: Path | None = None) -> Path:
 
 
 def _read_pin(path: Path, name_or_path: str) -> dict[str, Any]:
-    try:
-        found = path.is_file()
-    except (OSError, ValueError):  # a NUL byte, a name too long
-        found = False
-    if not found:
+    if not is_config_file(path):
         known = ", ".join(available_pins())
         raise HarnessError(f"unknown pin {name_or_path!r} (known: {known})", USAGE)
     return read_toml(path)

@@ -23,7 +23,7 @@ from harness.config.fields import (
     schema_version,
 )
 from harness.config.pin import project_root
-from harness.config.schema_errors import read_toml, validate
+from harness.config.schema_errors import is_config_file, is_file_name, read_toml, validate
 from harness.errors import HarnessError
 from harness.outcome import USAGE
 
@@ -141,7 +141,7 @@ def _scenario_path(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.suffix == ".toml":
         return path
-    if not name_or_path or any(c in name_or_path for c in "/\\\0") or name_or_path[0] == ".":
+    if not is_file_name(name_or_path):
         raise HarnessError(
             f"scenario {name_or_path!r}: a scenario is a name of a file in {scenario_dir()}, "
             "or a path ending in .toml",
@@ -152,11 +152,7 @@ def _scenario_path(name_or_path: str) -> Path:
 
 def load_scenario(name_or_path: str) -> Scenario:
     path = _scenario_path(name_or_path)
-    try:
-        found = path.is_file()
-    except (OSError, ValueError):  # a NUL byte, a name too long
-        found = False
-    if not found:
+    if not is_config_file(path):
         known = ", ".join(available_scenarios())
         raise HarnessError(f"unknown env or scenario {name_or_path!r} (known: {known})", USAGE)
     data = read_toml(path)

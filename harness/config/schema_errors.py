@@ -39,6 +39,20 @@ def one_line(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def is_file_name(name: str) -> bool:
+    """A config named as a file of its folder (a pin, a scenario, a transform), not a path:
+    no separator, no NUL, no leading dot."""
+    return bool(name) and not any(c in name for c in "/\\\0") and not name.startswith(".")
+
+
+def is_config_file(path: Path) -> bool:
+    """`path` is a file; False for a name the OS refuses (a NUL byte, too long)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     """The TOML table of `path`; a one-line usage error naming the file when it is not
     readable, not UTF-8, not TOML, too large or nested too deeply."""

@@ -16,7 +16,7 @@ from pydantic import AfterValidator, Field
 
 from harness.config.fields import Regex, RelPath, Strict, Text, fail
 from harness.config.pin import pin_dir
-from harness.config.schema_errors import one_line, read_toml, validate
+from harness.config.schema_errors import is_file_name, one_line, read_toml, validate
 from harness.contain import confined
 from harness.errors import HarnessError
 from harness.outcome import USAGE
@@ -66,7 +66,7 @@ def transform_dir() -> Path:
 
 def check_name(name: str) -> None:
     """A transform name is a name: no separators, no `..`, no leading dot."""
-    if not name or any(c in name for c in "/\\\0") or ".." in name or name.startswith("."):
+    if not is_file_name(name) or ".." in name:
         raise HarnessError(
             one_line(
                 f"variant omp-free:{name}: a transform is a name of a file in "
