@@ -92,6 +92,18 @@ def wait_for_trainer(
     return found
 
 
+def communicate_and_kill(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bytes]:
+    """The output of `proc` (started in its own session) to its end; whatever happens, its
+    whole session is killed and the process reaped afterwards."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return out, err
+
+
 def harness(
     *args: str,
     report_root: Path,

@@ -9,11 +9,9 @@ the tests run as root (root ignores permission bits), a chmod 0o555 folder elsew
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -24,7 +22,7 @@ import pytest
 
 from harness.outcome import INTERNAL_ERROR, USAGE, Kind, exit_code
 from tests import facts
-from tests.harness_cli import ROOT, only_report_dir, wait_for_trainer
+from tests.harness_cli import ROOT, communicate_and_kill, only_report_dir, wait_for_trainer
 
 pytestmark = pytest.mark.timeout(120)
 FAST = ["--startup", "3", "--stall", "2", "--timeout", "40", "--quiet"]
@@ -61,12 +59,7 @@ def start(
 
 
 def finish(proc: subprocess.Popen[bytes], root: Path, timeout: float = 90) -> Ended:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    out, err = communicate_and_kill(proc, timeout)
     return Ended(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"), root)
 
 

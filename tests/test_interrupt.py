@@ -6,7 +6,6 @@ or a report.json with a final status."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 
 from harness.outcome import interrupted_code
-from tests.harness_cli import ROOT, only_report_dir, wait_for_trainer
+from tests.harness_cli import ROOT, communicate_and_kill, only_report_dir, wait_for_trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 SIGINT_CODE = interrupted_code(signal.SIGINT)
@@ -44,12 +43,7 @@ def start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Pope
 
 
 def ended(proc: subprocess.Popen[bytes], timeout: float = 60) -> tuple[int, str]:
-    try:
-        _, err = proc.communicate(timeout=timeout)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    _, err = communicate_and_kill(proc, timeout)
     return proc.returncode, err.decode(errors="replace")
 
 
