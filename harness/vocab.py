@@ -88,6 +88,9 @@ class WaitKind(StrEnum):
     RUNNING = "running"
     UNKNOWN = "unknown"
     DONE = "done"
+    # only a periodic timed wake-up, negligible CPU, nothing changed: a housekeeping thread
+    # that does not hold back the verdict of a tree otherwise blocked on itself
+    HOUSEKEEPING = "housekeeping"
 
 
 class EventKind(StrEnum):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from harness.analysis.causes import Facts, check, checked_rules, diagnose
-from harness.config.causes import rule_from_table, rules_from_tables
+from harness.config.causes import rule_from_table, rules_from_tables, rules_of_files
 from harness.errors import HarnessError
 from harness.outcome import Kind
 from tests.harness_cli import ROOT, harness
@@ -310,3 +310,20 @@ def test_next_shows_the_cause_command_else_the_fix_compare(tmp_path: Path) -> No
     (tmp_path / "stacks.txt").write_text("")
     report = report_from_json({"env": "breakout", "verdict": {**verdict, "compare": ""}}, tmp_path)
     assert next_step(report, Kind.HANG) == f"every thread's stack: {tmp_path / 'stacks.txt'}"
+
+
+def test_cause_files_share_one_id_space(tmp_path: Path) -> None:
+    """Shipped causes live in causes.toml and causes/*.toml: a family is a file, and an id
+    used twice across files is refused naming both files."""
+    rule = (
+        '[[causes]]\nid = "{id}"\ndetector = "dead-worker"\nkinds = ["hang"]\n'
+        'sentence = "worker {{pid}} died"\n'
+    )
+    first, second = tmp_path / "a.toml", tmp_path / "b.toml"
+    first.write_text("schema_version = 1\n" + rule.format(id="one"))
+    second.write_text("schema_version = 1\n" + rule.format(id="two"))
+    rules = rules_of_files([("a.toml", first), ("b.toml", second)])
+    assert [r.id for r in rules] == ["one", "two"]
+    second.write_text("schema_version = 1\n" + rule.format(id="one"))
+    with pytest.raises(HarnessError, match=r"b\.toml.*one.*second rule.*first is in a\.toml"):
+        rules_of_files([("a.toml", first), ("b.toml", second)])

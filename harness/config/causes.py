@@ -8,6 +8,7 @@ the params class its detector declares; `bind_params` builds that class from the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import re
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, Field
@@ -27,7 +29,6 @@ from harness.errors import HarnessError
 from harness.outcome import USAGE, Kind
 from harness.vocab import Confidence, Mechanism
 
-SHIPPED = "harness/data/causes.toml"
 CAUSES_SCHEMA_VERSION = 1
 
 P = TypeVar("P")
@@ -156,13 +157,45 @@ def rules_from_tables(tables: Iterable[Mapping[str, Any]], where: str) -> tuple[
     return rules
 
 
+def _shipped_files() -> list[tuple[str, Any]]:
+    """data/causes.toml, then every data/causes/*.toml in name order: one file per family of
+    causes, so that a new family is a new file (ids stay unique across all of them)."""
+    root = resources.files("harness").joinpath("data")
+    files = [("causes.toml", root.joinpath("causes.toml"))]
+    folder = root.joinpath("causes")
+    if folder.is_dir():
+        files += sorted(
+            (f"causes/{entry.name}", entry)
+            for entry in folder.iterdir()
+            if entry.name.endswith(".toml") and entry.is_file()
+        )
+    return files
+
+
 @cache
 def shipped_rules() -> tuple[Rule, ...]:
-    """The rules shipped with the harness, after any pin's own."""
-    with resources.as_file(resources.files("harness").joinpath("data/causes.toml")) as path:
+    """The rules shipped with the harness (every shipped file's), after any pin's own."""
+    with contextlib.ExitStack() as stack:  # the paths are valid while their contexts last
+        files = [
+            (f"harness/data/{name}", stack.enter_context(resources.as_file(entry)))
+            for name, entry in _shipped_files()
+        ]
+        return rules_of_files(files)
+
+
+def rules_of_files(files: Iterable[tuple[str, Path]]) -> tuple[Rule, ...]:
+    """The rules of several cause files (named as `where` in errors), ids unique across."""
+    rules: list[Rule] = []
+    seen: dict[str, str] = {}
+    for where, path in files:
         data = read_toml(path)
-    validate(CausesModel, {**data, "causes": []}, SHIPPED)  # the file's own keys
-    return rules_from_tables(data.get("causes", []), SHIPPED)
+        validate(CausesModel, {**data, "causes": []}, where)  # the file's own keys
+        for rule in rules_from_tables(data.get("causes", []), where):
+            if rule.id in seen:
+                raise rule.fail(f"a second rule with this id (the first is in {seen[rule.id]})")
+            seen[rule.id] = where
+            rules.append(rule)
+    return tuple(rules)
 
 
 # ---------------------------------------------------------------- a detector's params

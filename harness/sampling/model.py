@@ -19,6 +19,9 @@ class Frame:
     # the traced program's own code (main executable, a file or module under own_roots,
     # a Python file outside the stdlib/site-packages), not a runtime library
     own: bool = False
+    # the runtime the module IS, by its ELF identity (SONAME, exported symbols), when the
+    # sampler knows it: "libgomp" for a wheel's renamed libgomp-1a2b3c4d.so.1 too; None: unknown
+    runtime: str | None = None
 
 
 @dataclass
@@ -106,6 +109,12 @@ class ThreadWait:
     tid: int
     kind: WaitKind
     what: str  # "futex wait, no timeout", "wait4 for child 1234 (in the tree)", ...
+    # what it waits on, for the detectors that follow waits: "pipe:[123]", "child:456",
+    # "futex:0x7f00…", "socket:[789]", "" when not known
+    on: str = ""
+    # the tree pids at the other end: the writers a read waits for, the readers a write
+    # waits for, the child a wait4 waits for; [] when none or not known
+    peers: list[int] = field(default_factory=list)
 
 
 @dataclass
