@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.report import writers
-from harness.report.console import count
+from harness.report.console import as_invoked, count, invoked_as
 from harness.report.model import Report
 from harness.report.store import finish
 from harness.sampling.model import Frame, SampleSet, ThreadStack
@@ -65,6 +65,31 @@ def test_no_sample_hang_points_at_files_that_exist(tmp_path: Path) -> None:
     assert named.exists(), next_line
     trigger = [ln for ln in res.stdout.splitlines() if "trigger" in ln]
     assert trigger and "window 2s" in trigger[0], res.stdout  # the window it waited for
+
+
+def test_next_commands_name_the_harness_as_it_was_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """setup.sh puts nothing on PATH: a `next` command must be runnable as printed."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no `harness` on it
+    venv = tmp_path / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "harness").write_text("#!/bin/sh\n")
+    (venv / "harness").chmod(0o755)
+    assert invoked_as(".venv/bin/harness") == ".venv/bin/harness"
+    assert invoked_as(str(venv / "harness")) == ".venv/bin/harness"  # shown relative
+    assert invoked_as("/elsewhere/harness") == "/elsewhere/harness"
+    assert invoked_as("/x/harness/__main__.py").endswith("python -m harness")
+    # on PATH, the plain name
+    monkeypatch.setenv("PATH", f"{venv}:/usr/bin:/bin")
+    assert invoked_as(str(venv / "harness")) == "harness"
+    monkeypatch.setattr(sys, "argv", [".venv/bin/harness"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert as_invoked("harness compare breakout --variants stock,omp-free") == (
+        ".venv/bin/harness compare breakout --variants stock,omp-free"
+    )
+    assert as_invoked("look at stacks.txt") == "look at stacks.txt"
 
 
 def test_counts_are_exact() -> None:

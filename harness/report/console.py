@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
+from pathlib import Path
 from typing import TextIO
 
 from rich.console import Console
@@ -17,6 +20,40 @@ from harness.text import terminal_safe
 from harness.vocab import CheckStatus
 
 
+def invoked_as(argv0: str | None = None) -> str:
+    """How the reader runs the harness again, as this process was run: `harness` when that
+    is what the shell finds, else the path it was started by (`.venv/bin/harness` after
+    setup.sh, which puts nothing on PATH), or `python -m harness`."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if not argv0 or Path(argv0).name == "__main__.py":
+        return f"{_short(sys.executable)} -m harness"
+    if Path(argv0).name != "harness":
+        return "harness"
+    on_path = shutil.which("harness")
+    try:
+        if on_path and Path(on_path).resolve() == Path(argv0).resolve():
+            return "harness"
+    except OSError:
+        pass
+    return _short(argv0) if "/" in argv0 else "harness"
+
+
+def _short(path: str) -> str:
+    """A path relative to the working folder when it is under it (`.venv/bin/python`)."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except (ValueError, OSError):
+        return path
+
+
+def as_invoked(command: str) -> str:
+    """A suggested `harness …` command, spelled the way this harness was started."""
+    name = invoked_as()
+    if name != "harness" and command.startswith("harness "):
+        return name + command[len("harness") :]
+    return command
+
+
 def next_step(r: Report, kind: str) -> str:
     """One thing the reader can do now with what this run found; it names only files that
     exist (a --no-sample hang has no stacks.txt)."""
@@ -26,9 +63,9 @@ def next_step(r: Report, kind: str) -> str:
     v = r.verdict
     command = next((c.command for c in (v.causes if v else [])[:1] if c.command), "")
     if command:
-        return f"{look}{command}"
+        return f"{look}{as_invoked(command)}"
     if kind == Kind.HANG and v is not None and v.compare:
-        return f"{look}does the fix help? {v.compare}"
+        return f"{look}does the fix help? {as_invoked(v.compare)}"
     if kind == Kind.HANG:
         if stacks.exists():
             return f"every thread's stack: {stacks}"
