@@ -15,8 +15,18 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import AfterValidator, Field, model_validator
 
-from harness.config.fields import WORD, Regex, Strict, StrList, Text, fail, schema_version
+from harness.config.fields import (
+    WORD,
+    Regex,
+    Strict,
+    StrList,
+    Text,
+    fail,
+    one_of,
+    schema_version,
+)
 from harness.config.schema_errors import read_toml, validate
+from harness.sampling.runtimes import RUNTIMES
 from harness.vocab import Mechanism
 
 SIGNATURES_SCHEMA_VERSION = 1
@@ -31,6 +41,8 @@ class FrameLike(Protocol):
     def file(self) -> str | None: ...
     @property
     def module(self) -> str | None: ...
+    @property
+    def runtime(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -41,17 +53,27 @@ class Pattern:
     modules: tuple[re.Pattern[str], ...] = ()
     passive: bool = False
     mechanism: str | None = None
+    runtimes: tuple[str, ...] = ()
 
     def matches(self, frame: FrameLike) -> bool:
         if self.files and not (frame.file and frame.file.endswith(self.files)):
             return False
-        if self.modules:
-            base = (frame.module or "").rsplit("/", 1)[-1]
-            if not any(rx.fullmatch(base) for rx in self.modules):
-                return False
+        if (self.runtimes or self.modules) and not self._module_matches(frame):
+            return False
         # glibc's internal aliases (__GI___wait4) are the public function under another name
         name = frame.function.removeprefix("__GI_")
         return not self.functions or any(rx.fullmatch(name) for rx in self.functions)
+
+    def _module_matches(self, frame: FrameLike) -> bool:
+        """`runtimes` decide for a frame whose module the sampler examined (its runtime is
+        set: a name, or "" for none known); `modules` for one it did not (an older report,
+        a module it could not read), and for a pattern without `runtimes`, where an
+        identified runtime also goes by its canonical file name ("libgomp.so")."""
+        if self.runtimes and frame.runtime is not None:
+            return frame.runtime in self.runtimes
+        base = (frame.module or "").rsplit("/", 1)[-1]
+        names = [base, f"{frame.runtime}.so"] if frame.runtime else [base]
+        return any(rx.fullmatch(n) for rx in self.modules for n in names)
 
 
 @dataclass(frozen=True)
@@ -77,6 +99,10 @@ class SignatureModel(Strict):
     name: Text
     functions: list[Regex] = Field(default_factory=list)
     modules: list[Regex] = Field(default_factory=list)
+    # runtimes by what they are (sampling/runtimes.py), whatever their files are called
+    runtimes: list[Annotated[str, AfterValidator(one_of(lambda: RUNTIMES, "runtime"))]] = Field(
+        default_factory=list
+    )
     files: StrList = Field(default_factory=list)
     passive: bool = False
     mechanism: Annotated[Mechanism, WORD] | None = None
@@ -84,8 +110,8 @@ class SignatureModel(Strict):
 
     @model_validator(mode="after")
     def _locates(self) -> SignatureModel:
-        if not (self.functions or self.modules):
-            raise fail(f"signature {self.name!r} needs functions or modules")
+        if not (self.functions or self.modules or self.runtimes):
+            raise fail(f"signature {self.name!r} needs functions, modules or runtimes")
         return self
 
     def pattern(self) -> Pattern:
@@ -96,6 +122,7 @@ class SignatureModel(Strict):
             modules=tuple(re.compile(m) for m in self.modules),
             passive=self.passive,
             mechanism=None if self.mechanism is None else str(self.mechanism),
+            runtimes=tuple(self.runtimes),
         )
 
 

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.sampling.ranks import ProcessRank
 from harness.vocab import EventKind, StackToolName, WaitKind
 
 
@@ -20,7 +21,8 @@ class Frame:
     # a Python file outside the stdlib/site-packages), not a runtime library
     own: bool = False
     # the runtime the module IS, by its ELF identity (SONAME, exported symbols), when the
-    # sampler knows it: "libgomp" for a wheel's renamed libgomp-1a2b3c4d.so.1 too; None: unknown
+    # sampler knows it: "libgomp" for a wheel's renamed libgomp-1a2b3c4d.so.1 too; None: not
+    # examined; "": an ELF file of none of the known runtimes
     runtime: str | None = None
 
 
@@ -198,6 +200,8 @@ class SampleSet:
     watch: WatchInfo | None = None
     # pthread mutex wait-for cycles found while the tree was still alive (sampling/locks.py)
     lock_cycles: list[LockCycle] = field(default_factory=list)
+    # each rank's place in a distributed job (sampling/ranks.py), read while the processes live
+    ranks: list[ProcessRank] = field(default_factory=list)
 
 
 def to_json(s: SampleSet) -> dict[str, Any]:

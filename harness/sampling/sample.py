@@ -17,9 +17,10 @@ import os
 import time
 from collections.abc import Sequence
 
-from harness.sampling import locks
+from harness.sampling import locks, runtimes
 from harness.sampling.model import LockCycle, LockLink, ProcessSample, SampleSet, Snapshot
 from harness.sampling.procfs import compute_activity, last_seen, snapshot, take_snapshots
+from harness.sampling.ranks import read_ranks
 from harness.sampling.stacks import collect_stacks, plan_tools
 from harness.sampling.tools import AUTO
 
@@ -59,6 +60,8 @@ def sample_tree(
         result.snapshots = take_snapshots(root_pid, max(1, snapshots), interval, t0)
     result.activity = compute_activity(result.snapshots)
     last = last_seen(result.snapshots)
+    # before the stacks, while each process's environ is still readable
+    result.ranks = read_ranks(last)
     if not last:
         result.notes.append(f"pid {root_pid}: no process left to sample")
     elif plan.python is None and plan.python_wanted and any(p.is_python for p in last):
@@ -72,9 +75,16 @@ def sample_tree(
     plan.deadline = t_stacks + 3 * stack_timeout
     roots = tuple(os.path.realpath(r) for r in own_roots)
     collect_stacks(last, plan, roots, result)
+    # what runtime each frame's module is (a wheel's renamed libgomp too), while the
+    # processes still map their files; bounded in files and time (sampling/runtimes.py)
+    t_runtimes = time.monotonic()
+    runtimes.label_stacks(result.stacks, result.notes, budget_s=max(1.0, stack_timeout / 2))
+    result.timings["runtimes"] = round(time.monotonic() - t_runtimes, 4)
     result.lock_cycles = _lock_cycles(last, result)
     result.duration_s = time.monotonic() - t0
-    result.timings["stacks"] = result.duration_s - result.timings["snapshots"]
+    result.timings["stacks"] = (
+        result.duration_s - result.timings["snapshots"] - result.timings["runtimes"]
+    )
     return result
 
 

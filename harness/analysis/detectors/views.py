@@ -8,6 +8,9 @@ from collections.abc import Iterable, Sequence
 
 from harness.sampling.model import Frame, ProcessSample, SampleSet, ThreadStack
 
+# OpenMP runtimes, by name: a frame the sampler identified (Frame.runtime) is matched by its
+# runtime's canonical name ("libgomp" for a wheel's libgomp-e985bcbb.so.1.0.0), one it did
+# not examine by its file name (`uses`)
 OPENMP_MODULES = re.compile(r"lib(gomp|omp|iomp5)\.so")
 WAIT_FUNCTIONS = re.compile(
     r"(recv\w*|read|poll|ppoll|select|pselect\d*|epoll_wait|wait4|waitpid|waitid)"
@@ -35,11 +38,26 @@ def stacks_of(s: SampleSet, pid: int, native_only: bool = False) -> list[ThreadS
     return [st for st in s.stacks if st.pid == pid and not (native_only and st.python)]
 
 
+def module_name(f: Frame) -> str:
+    """The name a runtime pattern sees for a frame's module: for a module the sampler
+    identified, its runtime's canonical name as a file name ("libgomp.so", whatever the
+    file is called); "" for one it read and found to be none of the runtimes it knows (a
+    library merely named libgomp.so is not libgomp); else the file's base name."""
+    if f.runtime is not None:
+        return f"{f.runtime}.so" if f.runtime else ""
+    return (f.module or "").rsplit("/", 1)[-1]
+
+
 def uses(frames: Iterable[Frame], pattern: re.Pattern[str]) -> str | None:
-    """The base name of the first frame's module that `pattern` finds, if any."""
+    """The module of the first frame whose `module_name` `pattern` finds, if any: its base
+    name, and the runtime it is when the name does not say it
+    ("libgomp-e985bcbb.so.1.0.0 (libgomp)")."""
     for f in frames:
-        base = (f.module or "").rsplit("/", 1)[-1]
-        if pattern.search(base):
+        name = module_name(f)
+        if name and pattern.search(name):
+            base = (f.module or "").rsplit("/", 1)[-1] or name
+            if f.runtime and not base.startswith(f"{f.runtime}.so"):
+                return f"{base} ({f.runtime})"
             return base
     return None
 
