@@ -78,6 +78,19 @@ def test_python_locks_of_two_threads() -> None:
         "pid": "12298",
         "threads": "xfer_a_to_b (tid 12301), xfer_b_to_a (tid 12303)",
         "functions": "transfer_a_to_b (py_deadlock.py:15), transfer_b_to_a (py_deadlock.py:23)",
+        # each lock with its site, and its owner read from the holder's stack
+        "locks": (
+            "xfer_a_to_b (tid 12301) waits for account_b in py_deadlock.py (a _thread.lock) at"
+            " transfer_a_to_b (py_deadlock.py:15): `with account_b:`, held by xfer_b_to_a"
+            " (tid 12303) since py_deadlock.py:20 (read from its stack); xfer_b_to_a (tid 12303)"
+            " waits for account_a in py_deadlock.py (a _thread.lock) at transfer_b_to_a"
+            " (py_deadlock.py:23): `with account_a:`, held by xfer_a_to_b (tid 12301) since"
+            " py_deadlock.py:12 (read from its stack)"
+        ),
+        "cycle": (
+            "a lock-order cycle: xfer_a_to_b (tid 12301) → xfer_b_to_a (tid 12303)"
+            " → xfer_a_to_b (tid 12301)"
+        ),
     }
     assert m.evidence[0].startswith("tid 12301 xfer_a_to_b: transfer_a_to_b ← Thread.run")
 
@@ -177,15 +190,21 @@ SAMPLE_DETECTORS = {
     "dead-worker": NoParams(),
     "exit-blocked": NoParams(),
     "spin-on-blocked-workers": SpinParams(),
+    "collective-mismatch": NoParams(),
+    "missing-rank": NoParams(),
+    "mpi-peers-blocked": NoParams(),
     "frames": FramesParams((re.compile(r"env_start(\._omp_fn\.\d+)?"),)),
 }
 # the run each finds something in (frames: the function the stock replica hangs in)
 OWN_RUN = {**{d: d for d in SAMPLE_DETECTORS}, "frames": "openmp-after-fork"}
+# tested on their own programs, and over every run here, in test_detectors_python.py
+PYTHON_TREE = {"pipe-never-read", "queue-not-drained", "pool-lost-worker", "fork-with-threads"}
 RUNS = sorted(p.stem for p in DATA.glob("*.json") if not p.stem.endswith(".output"))
 
 
 def test_every_detector_is_tested_here() -> None:
-    assert set(SAMPLE_DETECTORS) | {"output"} == set(DETECTORS)
+    # collective-timeout reads the output (tests/test_detectors_dist.py)
+    assert set(SAMPLE_DETECTORS) | {"output", "collective-timeout"} | PYTHON_TREE == set(DETECTORS)
     assert {"none-fixed-replica", "none-busy-spin"} <= set(RUNS) and len(RUNS) == 8
 
 
@@ -218,6 +237,14 @@ def test_detectors_declare_their_params_and_fields() -> None:
         "python-locks": "no params",
         "dead-worker": "no params",
         "exit-blocked": "no params",
+        "pipe-never-read": "no params",
+        "queue-not-drained": "no params",
+        "pool-lost-worker": "no params",
+        "fork-with-threads": "no params",
+        "collective-mismatch": "no params",
+        "missing-rank": "no params",
+        "collective-timeout": "no params",
+        "mpi-peers-blocked": "no params",
         "spin-on-blocked-workers": "busy_fraction?, runnable_fraction?",
         "output": "regex",
         "frames": "functions?",

@@ -3,13 +3,15 @@ lineage and exit statuses, lock cycles, the output) and returns one `Match` per 
 
 `registry` holds the contract (`@detector`, `Match`, `Inputs`, `Need`) and `DETECTORS`;
 the detectors live by topic: `process` (the process tree), `threads` (threads waiting on
-each other), `patterns` (a rule's own regexes). A new detector is a function with
+each other), `patterns` (a rule's own regexes), `pyprocs` (processes of a Python tree: pipes,
+queues, pools, fork with threads, over `pystacks`), `distributed` (`torchdist`: ranks of
+torch.distributed; `mpi`: MPI peers). A new detector is a function with
 `@detector(...)` in one of them (a new topic module is imported below).
 """
 
 from __future__ import annotations
 
-from harness.analysis.detectors import patterns, process, threads
+from harness.analysis.detectors import distributed, patterns, process, pyprocs, pystacks, threads
 from harness.analysis.detectors.registry import DETECTORS, Detector, Inputs, Match, Need, run
 
 __all__ = [
@@ -18,8 +20,11 @@ __all__ = [
     "Inputs",
     "Match",
     "Need",
+    "distributed",
     "patterns",
     "process",
+    "pyprocs",
+    "pystacks",
     "run",
     "threads",
 ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+# dead-worker leaves a Python pool's lost worker to pool-lost-worker (one cause per finding)
+from harness.analysis.detectors.pystacks import pool_caller
 from harness.analysis.detectors.registry import Inputs, Match, detector, match
 from harness.analysis.detectors.views import (
     OPENMP_MODULES,
@@ -85,7 +87,8 @@ def openmp_after_fork(seen: Inputs, params: NoParams) -> list[Match]:
 @detector("dead-worker", fields=("pid", "name", "status", "t", "parent", "wait"))
 def dead_worker(seen: Inputs, params: NoParams) -> list[Match]:
     """A child that died (a signal, a non-zero exit) while its parent waits in a read, a
-    poll or a waitpid."""
+    poll or a waitpid. Not a worker of a Python process pool whose caller waits for its
+    results: that is pool-lost-worker's finding."""
     s = seen.samples
     procs = processes(s)
     out: list[Match] = []
@@ -101,7 +104,7 @@ def dead_worker(seen: Inputs, params: NoParams) -> list[Match]:
         else:
             continue
         parent = procs.get(e.ppid)
-        if parent is None:
+        if parent is None or pool_caller(s, parent.pid) is not None:
             continue
         waiting = [
             st for st in stacks_of(s, parent.pid) if any(waits(f.function) for f in st.frames[:6])

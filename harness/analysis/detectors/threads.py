@@ -3,13 +3,25 @@ blocked acquiring locks, one thread spinning while the ones it waits for are blo
 
 from __future__ import annotations
 
+import ast
+import functools
+import linecache
+import os
 import re
 from dataclasses import dataclass
 
+# mpi tells a thread polling its MPI progress engine (a wait) from a spin
+from harness.analysis.detectors.mpi import is_mpi_progress
 from harness.analysis.detectors.registry import Inputs, Match, detector, match
 from harness.analysis.detectors.views import stack_line, stacks_of, top
 from harness.config.causes import NoParams
-from harness.sampling.model import BUSY_FRACTION, RUNNABLE_FRACTION, spinning
+from harness.sampling.model import (
+    BUSY_FRACTION,
+    RUNNABLE_FRACTION,
+    Frame,
+    ThreadStack,
+    spinning,
+)
 
 
 @detector("lock-cycle", fields=("pid", "cycle"))
@@ -27,41 +39,260 @@ def lock_cycle(seen: Inputs, params: NoParams) -> list[Match]:
 
 
 _PY_ACQUIRE = re.compile(r"PyThread_acquire_lock\w*|acquire_timed|lock_PyThread_acquire_lock")
+# the stdlib frames that take a lock themselves (the innermost Python frame of a waiter):
+# function → the lock, as the holders' frames name it (see _canonical)
+_LOCK_FRAMES = {
+    "_acquireLock": "logging._lock",  # logging's module lock (3.11, 3.12)
+    "Handler.acquire": "Handler.lock",  # a logging handler's lock
+    "_RLock.acquire": "",  # the Python RLock: which one is its caller's business
+    "RLock.acquire": "",
+    "Condition.__enter__": "",
+}
+# the stdlib's waits on a threading.Condition (innermost frame Condition.wait) that count as
+# lock waits: what each waits for, and the call that would end it. A Condition has no
+# owner: only a notify() by another thread ends the wait
+_CONDITIONS = {
+    "Queue.join": "a queue's unfinished tasks to reach 0 (task_done() ends it)",
+    "Queue.get": "an item in an empty queue (put() ends it)",
+    "Queue.put": "room in a full queue (get() ends it)",
+}
+# stdlib files whose lock statements are read to tell what their frames hold: logging's
+# locks are the ones public reports deadlock on (CPython #96727); threading/queue frames
+# hold per-call locks (a Condition's waiter) whose names would match across threads
+_READ_STDLIB = re.compile(r"/logging/(__init__|config|handlers)\.py$")
 
 
-@detector("python-locks", fields=("pid", "threads", "functions"))
+@dataclass(frozen=True)
+class _Held:
+    lock: str
+    where: str  # "file:line" of the statement that took it
+
+
+@dataclass(frozen=True)
+class _LockWait:
+    tid: int
+    name: str
+    site: str  # the lock-taking frame: "Handler.acquire (__init__.py:927)"
+    statement: str  # its source line, "" when unreadable
+    lock: str  # what it waits for, as holders name it ("" unknown)
+    kind: str  # "_thread.RLock", "_thread.lock", "lock"
+    own: str  # the innermost frame of the program's own code
+    held: tuple[_Held, ...]
+    notify: bool = False  # a Condition wait: ended by a notify, no owner
+
+
+def _tree(path: str) -> ast.Module | None:
+    try:
+        return _parse(path, os.stat(path).st_mtime_ns)
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(path: str, mtime_ns: int) -> ast.Module | None:
+    """The parsed source (cached per version of the file: a report is read again later)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(2_000_000)  # bounded: a source file, not whatever the path is now
+        return ast.parse(data)
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _function_at(tree: ast.Module, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost function whose body holds `line`."""
+    best: ast.FunctionDef | ast.AsyncFunctionDef | None = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            end = node.end_lineno or node.lineno
+            if node.lineno <= line <= end and (best is None or node.lineno > best.lineno):
+                best = node
+    return best
+
+
+def _lock_of(call: ast.Call) -> tuple[str, int] | None:
+    """(lock expression, +1 acquire / -1 release) of a call statement, if it is one."""
+    f = call.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    if name in ("_acquireLock", "_releaseLock"):  # logging's module-lock helpers
+        return "_lock", 1 if name == "_acquireLock" else -1
+    if isinstance(f, ast.Attribute) and name in ("acquire", "release"):
+        return ast.unparse(f.value), 1 if name == "acquire" else -1
+    return None
+
+
+def _canonical(expr: str, path: str) -> str:
+    """One name for one lock across frames: logging's as the module names them, the
+    program's as `expr (file)`."""
+    if _READ_STDLIB.search(path):
+        expr = expr.removeprefix("logging.")
+        if expr == "_lock":
+            return "logging._lock"
+        if expr in ("self", "h", "handler", "self.lock", "h.lock", "handler.lock"):
+            return "Handler.lock"
+    return f"{expr} in {path.rsplit('/', 1)[-1]}"
+
+
+def _locks_at(path: str, line: int) -> tuple[list[str], list[_Held]]:
+    """What the statement at `line` of `path` acquires, and what its function holds there
+    (enclosing `with X:` blocks; `X.acquire()` earlier in it not yet released), read from
+    the source: CPython records no owner readable from outside, the holder's code does."""
+    tree = _tree(path)
+    fn = _function_at(tree, line) if tree is not None else None
+    if fn is None:
+        return [], []
+    here: list[str] = []
+    balance: dict[str, list[int]] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.With | ast.AsyncWith):
+            exprs = [ast.unparse(i.context_expr) for i in node.items]
+            if node.lineno == line:
+                here += exprs
+            elif node.lineno < line <= (node.end_lineno or node.lineno):
+                for e in exprs:
+                    balance.setdefault(e, []).append(node.lineno)
+        elif isinstance(node, ast.Call) and (lock := _lock_of(node)) is not None:
+            expr, step = lock
+            if node.lineno == line and step > 0:
+                here.append(expr)
+            elif node.lineno < line:
+                taken = balance.setdefault(expr, [])
+                if step > 0:
+                    taken.append(node.lineno)
+                elif taken:
+                    taken.pop()
+    name = path.rsplit("/", 1)[-1]
+    held = [
+        _Held(_canonical(e, path), f"{name}:{n}") for e, lines in balance.items() for n in lines
+    ]
+    return [_canonical(e, path) for e in here], held
+
+
+def _reads(f: Frame) -> bool:
+    return (
+        bool(f.file) and f.line is not None and (f.own or bool(_READ_STDLIB.search(f.file or "")))
+    )
+
+
+def _lock_wait(st: ThreadStack, kind: str) -> _LockWait | None:
+    """The lock-taking frame of a thread blocked in CPython's lock acquire, with the lock
+    and what the thread holds; None when its innermost frame takes no lock (a Thread.join,
+    an Event.wait)."""
+    inner = st.frames[0]
+    caller = st.frames[1] if len(st.frames) > 1 else None
+    if inner.function == "Condition.wait" and caller is not None:
+        return _condition_wait(st, caller)
+    if inner.function in _LOCK_FRAMES:
+        lock = _LOCK_FRAMES[inner.function]
+    elif inner.own:
+        lock = ""
+    else:
+        return None
+    path, line = inner.file or "", inner.line or 0
+    # the line as written, without its comment (a `#` inside a string is cut too: display only)
+    statement = linecache.getline(path, line).split("#", 1)[0].strip() if path and line else ""
+    if not lock and _reads(inner):
+        here, _ = _locks_at(path, line)
+        lock = here[-1] if here else ""
+    held: list[_Held] = []
+    for f in st.frames[1:] if inner.function in _LOCK_FRAMES else st.frames:
+        if _reads(f):
+            held += _locks_at(f.file or "", f.line or 0)[1]
+    return _LockWait(
+        st.tid, st.name, top([inner]), statement, lock, kind, top(st.frames), tuple(held)
+    )
+
+
+def _condition_wait(st: ThreadStack, caller: Frame) -> _LockWait | None:
+    """A wait on a Condition: the queue's, or one the program's own code waits on (its
+    line names it); None for the others (Event.wait, Barrier.wait, a pool's internals)."""
+    if caller.function in _CONDITIONS:
+        what = _CONDITIONS[caller.function]
+    elif caller.own:
+        what = "a notify()"
+    else:
+        return None
+    path, line = caller.file or "", caller.line or 0
+    statement = linecache.getline(path, line).split("#", 1)[0].strip() if path and line else ""
+    if caller.own and statement:
+        what = f"a notify() on {statement.removesuffix('.wait()').split('.wait(')[0]}"
+    site, own = top([caller]), top(st.frames)
+    return _LockWait(st.tid, st.name, site, statement, what, "threading.Condition", own, (), True)
+
+
+def _owner(w: _LockWait, others: list[_LockWait]) -> _LockWait | None:
+    holders = [o for o in others if o.tid != w.tid and any(h.lock == w.lock for h in o.held)]
+    return holders[0] if w.lock and not w.notify and len(holders) == 1 else None
+
+
+def _describe(w: _LockWait, owner: _LockWait | None) -> str:
+    what = w.lock or "a lock"
+    where = f"{w.site}: `{w.statement}`" if w.statement else w.site
+    if w.notify:
+        return f"{w.name} (tid {w.tid}) waits for {what} at {where} (a Condition: no owner)"
+    if owner is None:
+        return (
+            f"{w.name} (tid {w.tid}) waits for {what} (a {w.kind}) at {where}: owner unknown "
+            "(no holder's frame shows it taken, and CPython records no owner readable from outside)"
+        )
+    since = next(h.where for h in owner.held if h.lock == w.lock)
+    return (
+        f"{w.name} (tid {w.tid}) waits for {what} (a {w.kind}) at {where}, held by "
+        f"{owner.name} (tid {owner.tid}) since {since} (read from its stack)"
+    )
+
+
+@detector("python-locks", fields=("pid", "threads", "functions", "locks", "cycle"))
 def python_locks(seen: Inputs, params: NoParams) -> list[Match]:
-    """Python threads blocked acquiring a lock in the program's own code (their native
-    stack is in CPython's lock acquire, their Python stack's innermost frame is own code,
-    not threading.py's join or Condition.wait)."""
+    """Python threads blocked in CPython's lock acquire at a lock-taking frame (the
+    program's own `with lock:` / `lock.acquire()` line, logging's `_acquireLock` and
+    `Handler.acquire`, a Python RLock, a Condition the program or a queue.Queue waits on:
+    join, get, put), each with the lock
+    it waits for and, where its holder's frames show it, the owner; "owner unknown"
+    otherwise (CPython's C locks record no owner readable from outside)."""
     s = seen.samples
     out: list[Match] = []
     for pid in sorted({st.pid for st in s.stacks if st.python}):
-        acquiring = {
-            st.tid
-            for st in stacks_of(s, pid, native_only=True)
-            if any(_PY_ACQUIRE.fullmatch(f.function) for f in st.frames[:8])
-        }
-        waiting = [
-            st
+        kinds: dict[int, str] = {}
+        for st in stacks_of(s, pid, native_only=True):
+            names = [f.function for f in st.frames[:8]]
+            if any(_PY_ACQUIRE.fullmatch(n) for n in names):
+                kinds[st.tid] = "_thread.RLock" if "rlock_acquire" in names else "_thread.lock"
+        by_tid = {st.tid: st for st in s.stacks if st.pid == pid and st.python}
+        waits = [
+            w
             for st in s.stacks
-            if st.pid == pid
-            and st.python
-            and st.tid in acquiring
-            and st.frames
-            and st.frames[0].own
+            if st.pid == pid and st.python and st.tid in kinds and st.frames
+            if (w := _lock_wait(st, kinds[st.tid])) is not None
         ]
-        if len(waiting) < 2:
+        if len(waits) < 2:
             continue
+        owners = {w.tid: _owner(w, waits) for w in waits}
+        locks = [_describe(w, owners[w.tid]) for w in waits]
         out.append(
             match(
-                [f"tid {st.tid} {st.name}: {stack_line(st)}" for st in waiting],
+                [*(f"tid {w.tid} {w.name}: {stack_line(by_tid[w.tid])}" for w in waits), *locks],
                 pid=pid,
-                threads=", ".join(f"{st.name} (tid {st.tid})" for st in waiting),
-                functions=", ".join(top(st.frames) for st in waiting),
+                threads=", ".join(f"{w.name} (tid {w.tid})" for w in waits),
+                functions=", ".join(w.own for w in waits),
+                locks="; ".join(locks),
+                cycle=_cycle(waits, owners),
             )
         )
     return out
+
+
+def _cycle(waits: list[_LockWait], owners: dict[int, _LockWait | None]) -> str:
+    """ "a → b → a" when the owners read from the stacks close a wait-for cycle; ""."""
+    for start in waits:
+        path, at = [start], owners[start.tid]
+        while at is not None and at not in path:
+            path.append(at)
+            at = owners[at.tid]
+        if at is start and len(path) > 1:
+            steps = " → ".join(f"{w.name} (tid {w.tid})" for w in [*path, start])
+            return f"a lock-order cycle: {steps}"
+    return "no wait-for cycle read from their stacks"
 
 
 @dataclass(frozen=True)
@@ -77,7 +308,9 @@ class SpinParams:
     fields=("pid", "tid", "name", "cpu", "where", "blocked"),
 )
 def spin_on_blocked(seen: Inputs, params: SpinParams) -> list[Match]:
-    """Exactly one busy thread in a process whose other threads sit in futex waits."""
+    """Exactly one busy thread in a process whose other threads sit in futex waits; not a
+    thread in an MPI call (MPICH and Open MPI spin in their progress engine while waiting
+    for a peer: that is mpi-peers-blocked's finding, whatever the process's idle threads)."""
     s = seen.samples
     out: list[Match] = []
     for pid in sorted({a.pid for a in s.activity}):
@@ -92,6 +325,8 @@ def spin_on_blocked(seen: Inputs, params: SpinParams) -> list[Match]:
             continue
         b = busy[0]
         stack = next((st for st in s.stacks if st.tid == b.tid and not st.python), None)
+        if stack is not None and is_mpi_progress(stack.frames):
+            continue  # an MPI rank polls its progress engine while it waits (mpi-peers-blocked)
         evidence = [
             f"tid {b.tid} {b.name}: {b.cpu_fraction * 100:.0f}% of a core, states "
             f"{''.join(b.states)}",

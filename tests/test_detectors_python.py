@@ -1,0 +1,170 @@
+"""The causes of hangs between processes of a Python tree (pipes, queues, pools, fork with
+threads), each on a real program under a real `harness watch`, found once (one cause per
+finding, not per process), and none of them on the healthy look-alike of each program (the
+same program done right, which finishes)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.analysis.detectors import DETECTORS, run
+from harness.config.causes import NoParams
+from harness.report.load import report_from_json
+from tests.harness_cli import ROOT, harness
+
+pytestmark = pytest.mark.timeout(120)
+PROGRAMS = ROOT / "tests" / "programs"
+SAMPLES = ROOT / "tests" / "data" / "samples"
+FAST = ["--startup", "3", "--stall", "2", "--quiescent", "1", "--timeout", "30"]
+NEW_CAUSES = {"pipe-never-read", "queue-not-drained", "pool-lost-worker", "fork-with-threads"}
+
+
+def watch(tmp_path: Path, program: str, *args: str) -> dict[str, Any]:
+    cmd = [sys.executable, str(PROGRAMS / f"{program}.py"), *args]
+    res = harness("watch", *FAST, "--", *cmd, report_root=tmp_path / "reports")
+    return res.report
+
+
+def cause(report: dict[str, Any], expected: str) -> dict[str, Any]:
+    """The one cause of a hang, which must be `expected`."""
+    v = report["verdict"]
+    assert v["kind"] == "hang", v
+    found = [c for c in v["causes"] if c["id"] in NEW_CAUSES | {"dead-worker"}]
+    assert [c["id"] for c in found] == [expected], v["causes"]
+    found_cause: dict[str, Any] = found[0]
+    return found_cause
+
+
+def pids(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Every process the watch loop saw, by pid (the last sighting)."""
+    seen: dict[int, dict[str, Any]] = {}
+    for snap in report["samples"]["snapshots"]:
+        for p in snap["processes"]:
+            seen[p["pid"]] = p
+    return seen
+
+
+def root_pid(report: dict[str, Any]) -> int:
+    starts = [e for e in report["samples"]["events"] if e["event"] == "start"]
+    assert starts
+    return int(starts[0]["pid"])
+
+
+@pytest.mark.slow
+def test_pipe_never_read(tmp_path: Path) -> None:
+    report = watch(tmp_path, "py_pipe_never_read")
+    c = cause(report, "pipe-never-read")
+    parent = root_pid(report)
+    [child] = [p for p in pids(report).values() if p["ppid"] == parent]
+    sentence = c["sentence"]
+    assert f"pid {child['pid']} (" in sentence and f"only pid {parent} reads" in sentence
+    assert "-c import sys for i in range(20000)" in sentence  # the child's command, one line
+    assert "Popen.wait (py_pipe_never_read.py:22)" in sentence  # the parent's line
+    assert "fd 1 (stdout)" in sentence or "pipe:[" in sentence
+    assert any("communicate()" in r for r in c["remedies"])
+
+
+@pytest.mark.slow
+def test_queue_not_drained(tmp_path: Path) -> None:
+    report = watch(tmp_path, "py_queue_not_drained")
+    c = cause(report, "queue-not-drained")
+    parent = root_pid(report)
+    [child] = [p for p in pids(report).values() if p["ppid"] == parent]
+    sentence = c["sentence"]
+    assert f"pid {parent} joins pid {child['pid']}" in sentence
+    assert "BaseProcess.join (py_queue_not_drained.py:26)" in sentence
+    assert "QueueFeederThread" in sentence and "Queue._finalize_join" in sentence
+    assert "Joining processes that use queues" in sentence
+    feeder = int(re.search(r"QueueFeederThread \(tid (\d+)\)", sentence).group(1))  # type: ignore[union-attr]
+    assert feeder in {t["tid"] for t in child["threads"]} and feeder != child["pid"]
+    assert any("cancel_join_thread" in r for r in c["remedies"])
+
+
+@pytest.mark.slow
+def test_pool_lost_a_killed_worker(tmp_path: Path) -> None:
+    """A Pool worker SIGKILLed mid-task: one cause, pool-lost-worker, and no dead-worker
+    for the same death (the pool reaps its workers: the status is seldom seen)."""
+    report = watch(tmp_path, "py_pool_lost_worker")
+    c = cause(report, "pool-lost-worker")
+    parent = root_pid(report)
+    exits = [e for e in report["samples"]["events"] if e["event"] == "exit"]
+    assert len(exits) == 1 and exits[0]["ppid"] == parent
+    sentence = c["sentence"]
+    assert f"multiprocessing.Pool of pid {parent} lost a worker (pid {exits[0]['pid']} " in sentence
+    assert "Pool.map (py_pool_lost_worker.py:26)" in sentence
+    assert "wait idle for tasks" in sentence
+
+
+@pytest.mark.slow
+def test_executor_lost_its_only_worker(tmp_path: Path) -> None:
+    """ProcessPoolExecutor(max_tasks_per_child=2): its worker exits by itself and is not
+    replaced (python/cpython#115634); no worker is left while Future.result waits."""
+    report = watch(tmp_path, "py_executor_lost_worker")
+    c = cause(report, "pool-lost-worker")
+    sentence = c["sentence"]
+    assert f"ProcessPoolExecutor of pid {root_pid(report)} lost a worker" in sentence
+    assert "Future.result (py_executor_lost_worker.py:21)" in sentence
+    assert "no worker is left" in sentence
+
+
+@pytest.mark.slow
+def test_fork_with_a_thread_pool(tmp_path: Path) -> None:
+    report = watch(tmp_path, "py_fork_thread_pool")
+    c = cause(report, "fork-with-threads")
+    parent = root_pid(report)
+    [child] = [p for p in pids(report).values() if p["ppid"] == parent]
+    sentence = c["sentence"]
+    assert f"pid {child['pid']} was forked without exec by pid {parent}" in sentence
+    assert "which had 3 thread(s) at the fork; the child has 1" in sentence
+    assert "Future.result (py_fork_thread_pool.py:31)" in sentence
+    assert "worker threads stayed in the parent" in sentence
+    assert any("ThreadPoolExecutor-0_" in e for e in c["evidence"])
+
+
+@pytest.mark.slow
+def test_fork_with_a_held_lock(tmp_path: Path) -> None:
+    report = watch(tmp_path, "py_fork_held_lock")
+    c = cause(report, "fork-with-threads")
+    parent = root_pid(report)
+    sentence = c["sentence"]
+    assert f"by pid {parent}, which had 2 thread(s) at the fork; the child has 1" in sentence
+    assert "main (py_fork_held_lock.py:" in sentence
+    assert "only a parent thread could release" in sentence
+    assert any("holder" in e for e in c["evidence"])
+
+
+@pytest.mark.parametrize(
+    ("program", "arg"),
+    [
+        ("py_pipe_never_read", "communicate"),
+        ("py_queue_not_drained", "drain"),
+        ("py_pool_lost_worker", "slow"),
+        ("py_executor_lost_worker", "plain"),
+        ("py_fork_thread_pool", "own"),
+    ],
+)
+def test_healthy_look_alikes_pass_without_a_cause(tmp_path: Path, program: str, arg: str) -> None:
+    """The same programs done right (communicate, drain before join, no lost worker, a pool
+    made in the child) finish: no hang, no cause."""
+    report = watch(tmp_path, program, arg)
+    assert report["verdict"]["kind"] == "pass", report["verdict"]
+    assert report["verdict"]["causes"] == []
+
+
+@pytest.mark.parametrize(
+    "run_name", sorted(p.stem for p in SAMPLES.glob("*.json") if not p.stem.endswith(".output"))
+)
+def test_none_of_them_on_the_saved_runs(run_name: str) -> None:
+    """The saved runs of tests/data/samples (C programs: a killed worker, a fork after an
+    OpenMP team, lock cycles, a spin; the replica): none of these four shapes is there."""
+    data = json.loads((SAMPLES / f"{run_name}.json").read_text())
+    s = report_from_json({"samples": data}, SAMPLES).samples
+    assert s is not None and s.snapshots
+    found = {name: run(DETECTORS[name], NoParams(), s, []) for name in sorted(NEW_CAUSES)}
+    assert len(found) == 4 and all(m == [] for m in found.values()), found

@@ -1,0 +1,130 @@
+"""`python-locks` on real Python lock hangs: the stdlib logging lock-order deadlock of
+CPython #96727 (dictConfig against a handler's emit), a plain two-lock deadlock (a Lock
+and an RLock, `with` and `acquire()`), a lock whose holder's stack no longer shows it
+(owner unknown), and the healthy look-alike (the same locks in one order: it finishes).
+Each lock is named with its lock-taking frame and line; the owner where a holder's frames
+show the lock taken, "owner unknown" otherwise."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.analysis.detectors import DETECTORS, Match, run
+from harness.config.causes import NoParams
+from harness.sampling.sample import sample_tree
+from tests.harness_cli import ROOT, harness
+
+PROGRAMS = ROOT / "tests" / "programs"
+FAST = ["--startup", "4", "--stall", "4", "--quiescent", "2", "--timeout", "60"]
+needs_py_spy = pytest.mark.needs_tool("py-spy", why="Python stacks name the lock sites")
+pytestmark = pytest.mark.timeout(120)
+
+
+def causes(tmp_path: Path, program: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    res = harness(
+        "watch",
+        *FAST,
+        "--",
+        sys.executable,
+        str(PROGRAMS / program),
+        report_root=tmp_path / "reports",
+    )
+    verdict = res.report["verdict"]
+    return verdict, {c["id"]: c for c in verdict["causes"]}
+
+
+def locks_now(spawn: Callable[..., Any], program: str, ready: str) -> list[Match]:
+    """python-locks over a live sample of `program`, once it printed `ready` and its
+    threads had a moment to block."""
+    proc = spawn([sys.executable, PROGRAMS / program])
+    proc.expect(ready, timeout=20)
+    time.sleep(0.5)
+    samples = sample_tree(proc.pid, snapshots=2, interval=0.2)
+    assert any(st.python for st in samples.stacks), samples.notes
+    return run(DETECTORS["python-locks"], NoParams(), samples, [])
+
+
+@needs_py_spy
+def test_two_lock_deadlock_names_sites_and_owners(spawn: Callable[..., Any]) -> None:
+    [m] = locks_now(spawn, "pylock_two.py", "both started")
+    locks = m.fields["locks"]
+    assert re.search(
+        r"poster \(tid \d+\) waits for journal in pylock_two\.py \(a _thread\.lock\) at "
+        r"post_entry \(pylock_two\.py:15\): `journal\.acquire\(\)`, held by journaler "
+        r"\(tid \d+\) since pylock_two\.py:20",
+        locks,
+    ), locks
+    assert re.search(
+        r"journaler \(tid \d+\) waits for ledger in pylock_two\.py \(a _thread\.RLock\) at "
+        r"write_journal \(pylock_two\.py:23\): `with ledger:`, held by poster \(tid \d+\) "
+        r"since pylock_two\.py:13",
+        locks,
+    ), locks
+    assert m.fields["cycle"].startswith("a lock-order cycle: ")
+    assert "owner unknown" not in locks
+
+
+@needs_py_spy
+def test_a_holder_whose_stack_does_not_show_the_lock_is_unknown(
+    spawn: Callable[..., Any],
+) -> None:
+    [m] = locks_now(spawn, "pylock_unknown_owner.py", "checkout holds the inventory")
+    parts = m.fields["locks"].split("; ")
+    assert len(parts) == 2, parts
+    for part in parts:
+        assert "waits for inventory in pylock_unknown_owner.py" in part, part
+        assert "at restock (pylock_unknown_owner.py:23): `with inventory:`" in part, part
+        assert part.endswith("CPython records no owner readable from outside)"), part
+        assert "owner unknown" in part and "held by" not in part
+    assert m.fields["cycle"] == "no wait-for cycle read from their stacks"
+    # the Event waiter holding it is no lock waiter: a wait for notify, not a lock
+    assert "checkout" not in m.fields["threads"]
+
+
+@pytest.mark.slow
+@needs_py_spy
+def test_logging_dictconfig_against_emit(tmp_path: Path) -> None:
+    """CPython #96727 under the harness: the module lock against a handler's lock."""
+    verdict, found = causes(tmp_path, "pylock_logging.py")
+    assert (verdict["kind"], verdict["mechanism"]) == ("hang", "deadlock")
+    assert "python-locks" in found, found
+    sentence = found["python-locks"]["sentence"]
+    assert re.search(
+        r"emitter \(tid \d+\) waits for logging\._lock \(a _thread\.RLock\) at _acquireLock "
+        r"\(__init__\.py:\d+\): `_lock\.acquire\(\)`, held by configurer \(tid \d+\) since "
+        r"config\.py:\d+",
+        sentence,
+    ), sentence
+    assert re.search(
+        r"configurer \(tid \d+\) waits for Handler\.lock \(a _thread\.RLock\) at "
+        r"Handler\.acquire \(__init__\.py:\d+\): `self\.lock\.acquire\(\)`, held by emitter "
+        r"\(tid \d+\) since __init__\.py:\d+",
+        sentence,
+    ), sentence
+    assert "a lock-order cycle: " in sentence
+    # the program's own lines, for the remedy
+    remedies = " ".join(found["python-locks"]["remedies"])
+    assert "LookupHandler.emit (pylock_logging.py:27)" in remedies
+    assert "reconfigure (pylock_logging.py:46)" in remedies
+
+
+@pytest.mark.slow
+@needs_py_spy
+def test_two_lock_deadlock_under_the_harness(tmp_path: Path) -> None:
+    verdict, found = causes(tmp_path, "pylock_two.py")
+    assert verdict["kind"] == "hang"
+    assert set(found) == {"python-locks"}, found
+    assert found["python-locks"]["sentence"].count("held by") == 2
+
+
+@pytest.mark.slow
+def test_the_same_order_finishes_with_no_cause(tmp_path: Path) -> None:
+    verdict, found = causes(tmp_path, "pylock_ordered.py")
+    assert verdict["kind"] == "pass" and found == {}, verdict
