@@ -208,10 +208,15 @@ def test_is_blocked_needs_every_live_thread_on_the_tree() -> None:
     assert not blocked(th(10, state="Z", nr=""))  # nothing live
     reader = th(11, nr=READ, args=(3, 0x7FFD, 64, 0, 0, 0))
     waits = q.tree_waits(snap(0, proc(10, 1, th(10), reader)), X86)
-    assert not q.is_blocked(waits) and q.needs_facts(waits) == [(10, 3)]
+    assert not q.is_blocked(waits) and q.needs_facts(waits)
+    assert q.pending_fds(waits) == [(10, 3)]
+    running = th(12, state="R", nr="running")
+    waits = q.tree_waits(snap(0, proc(10, 1, reader, running)), X86)
+    assert not q.needs_facts(waits)  # a running thread settles it: no need to look at the fd
     sleeper = th(12, nr=NANOSLEEP, args=(1, 0, 0, 0, 0, 0))
     waits = q.tree_waits(snap(0, proc(10, 1, reader, sleeper)), X86)
-    assert q.needs_facts(waits) == []  # a sleeper settles it: no need to look at the fd
+    assert q.needs_facts(waits)  # a sleeper may be housekeeping: the facts are read
+    assert not q.needs_facts(q.tree_waits(snap(0, proc(10, 1, sleeper)), X86))  # nothing on it
 
 
 def test_woke_sees_any_movement() -> None:
@@ -424,3 +429,173 @@ def test_stock_replica_early_verdict_in_env_start(
     waits = report["samples"]["waits"]
     assert any(w["what"].startswith("wait4 for child") for w in waits), waits
     assert tree_is_gone(report["exit"]["pid"])
+
+
+# ---------------------------------------------------------------- writes, polls, structure
+
+WRITE, PPOLL = 1, 271
+
+
+def test_a_write_to_a_full_pipe_read_only_by_the_tree_waits_on_the_tree() -> None:
+    # Popen(stdout=PIPE).wait(): the child writes a full pipe that only its parent reads
+    writer = th(10, nr=WRITE, args=(1, 0x7FFD, 65536, 0, 0, 0))
+    facts = q.TreeFacts(fds={(10, 1): "pipe:[777]"}, readers={777: [9]})
+    w = wait_of(writer, facts)
+    assert (w.kind, w.on, w.peers) == (q.TREE, "pipe:[777]", (9,))
+    assert "read only by the tree" in w.what
+    # the root's stdout: the harness's output pump (outside the tree) reads it
+    outside = q.TreeFacts(fds={(10, 1): "pipe:[777]"}, readers={777: [9]})
+    outside.outside_readers = {777: [4242]}
+    assert kind(writer, outside) == q.OUTSIDE
+    assert kind(writer, q.TreeFacts(fds={(10, 1): "pipe:[777]"})) == q.OUTSIDE  # no reader
+    assert kind(writer, q.TreeFacts(fds={(10, 1): "/tmp/log"})) == q.OUTSIDE
+    assert wait_of(writer).pending == "fd"  # not looked at yet
+
+
+def test_structured_fields_of_each_wait() -> None:
+    w = wait_of(th(10, args=(0x7F00AB, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0)))
+    assert (w.on, w.peers) == ("futex:0x7f00ab", ())
+    child = proc(11, 10, th(11))
+    w = wait_of(th(10, nr=WAIT4, args=(11, 0x7FFD, 0, 0, 0, 0)), None, child)
+    assert (w.on, w.peers) == ("child:11", (11,))
+    any_child = (0xFFFFFFFFFFFFFFFF, 0x7FFD, 0, 0, 0, 0)
+    w = wait_of(th(10, nr=WAIT4, args=any_child), None, child)
+    assert (w.on, w.peers) == ("child:any", (11,))
+    reader = th(10, nr=READ, args=(3, 0x7FFD, 64, 0, 0, 0))
+    w = wait_of(reader, pipe_facts(writers={777: [12, 11]}))
+    assert (w.on, w.peers) == ("pipe:[777]", (11, 12))
+    w = wait_of(reader, q.TreeFacts(fds={(10, 3): "socket:[55]"}))
+    assert (w.kind, w.on, w.peers) == (q.OUTSIDE, "socket:[55]", ())
+    tw = q.tree_waits(snap(0, proc(10, 1, reader)), X86, pipe_facts(writers={777: [11]}))[0][0]
+    assert (tw.on, tw.peers) == ("pipe:[777]", [11])  # and in the report's ThreadWait
+
+
+def poll_facts(polled: list[tuple[int, int]], **kw: object) -> q.TreeFacts:
+    facts = q.TreeFacts(polled={(10, 10): polled})
+    for k, v in kw.items():
+        setattr(facts, k, v)
+    return facts
+
+
+def test_a_poll_on_pipes_of_the_tree() -> None:
+    # multiprocessing.Pool's worker handler: poll(sentinels + change notifier, -1)
+    untimed = th(10, nr=POLL, args=(0x7F00, 2, 0xFFFFFFFF, 0, 0, 0))
+    fds = {(10, 4): "pipe:[701]", (10, 6): "pipe:[702]"}
+    facts = poll_facts([(4, 1), (6, 1)], fds=fds, writers={701: [11], 702: [10]})
+    w = wait_of(untimed, facts)
+    assert (w.kind, w.on, w.peers, w.idle) == (q.TREE, "pipe:[701],pipe:[702]", (10, 11), False)
+    timed = th(10, nr=POLL, args=(0x7F00, 2, 100, 0, 0, 0))
+    w = wait_of(timed, facts)
+    assert (w.kind, w.idle) == (q.TIMED, True)  # a housekeeping candidate
+    assert wait_of(untimed).pending == "poll"
+    leaky = poll_facts([(4, 1), (6, 1)], fds=fds, writers={701: [11], 702: [10]})
+    leaky.outside_writers = {702: [4242]}
+    assert kind(untimed, leaky) == q.OUTSIDE  # a writer outside the tree
+    sock = poll_facts([(4, 1)], fds={(10, 4): "socket:[55]"})
+    assert kind(untimed, sock) == q.OUTSIDE  # a socket whose peer is not known
+    sock.socket_peers = {55: [11]}  # a loopback connection held by the tree
+    w = wait_of(untimed, sock)
+    assert (w.kind, w.on, w.peers) == (q.TREE, "socket:[55]", (11,))
+    assert kind(untimed, q.TreeFacts()) == q.OUTSIDE  # the fds could not be read
+    # ppoll with a NULL timeout is untimed, with one timed; select(0, ..., &tv) is a sleep
+    assert kind(th(10, nr=PPOLL, args=(0x7F00, 2, 0, 0, 8, 0)), facts) == q.TREE
+    assert kind(th(10, nr=PPOLL, args=(0x7F00, 2, 0x7FFD, 0, 8, 0)), facts) == q.TIMED
+    assert wait_of(th(10, nr=23, args=(0, 0, 0, 0, 0x7FFD, 0)), poll_facts([])).idle
+
+
+# ---------------------------------------------------------------- housekeeping
+
+IO = {10: (100, 200), 20: (5, 5)}
+
+
+def sleeper(tid: int, cpu: float = 0.0, runs: int = 0, args: tuple[int, ...] = ()) -> ThreadSample:
+    return th(tid, nr=CLOCK_NANOSLEEP, args=args or (1, 1, 0x7FFD10, 0, 0, 0), cpu=cpu, runs=runs)
+
+
+def hk_run(
+    seconds: float = 6.0,
+    make: Callable[[int], list[ProcessSample]] | None = None,
+    io: Callable[[int], dict[int, tuple[int, int]]] | None = None,
+) -> tuple[list[Snapshot], list[dict[int, tuple[int, int]] | None]]:
+    """A lock-order deadlock (10, 11) beside a heartbeat thread (12) waking 10 times a
+    second, looked at every 0.25 s."""
+
+    def default(i: int) -> list[ProcessSample]:
+        return [proc(10, 1, th(10), th(11, args=(0x2000, 128, 0, 0, 0, 0)), sleeper(12, runs=i))]
+
+    n = int(seconds / 0.25) + 1
+    snaps = [snap(i * 0.25, *(make or default)(i)) for i in range(n)]
+    return snaps, [(io or (lambda i: IO))(i) for i in range(n)]
+
+
+def test_a_heartbeat_beside_a_deadlock_is_housekeeping() -> None:
+    snaps, io = hk_run()
+    since = q.quiet_since(snaps, X86, None, None, io)
+    assert since is not None and since == pytest.approx(5.0)  # proven after 5 s, then quiet
+    history = [q.judge(s, X86, None, [], i)[1] for s, i in zip(snaps, io, strict=True)]
+    waits, _ = q.judge(snaps[-1], X86, None, history[:-1], io[-1])
+    hk = [tw for tw, _ in waits if tw.kind == q.HOUSEKEEPING]
+    assert [tw.tid for tw in hk] == [12] and q.is_blocked(waits)
+    assert "clock_nanosleep" in hk[0].what and "every ~0.25s" in hk[0].what  # the period seen
+    assert "0.00s of CPU" in hk[0].what
+    assert q.quiet_since(snaps[:18], X86, None, None, io[:18]) is None  # 4.25 s: not yet
+
+
+def test_housekeeping_needs_io_counters_and_consecutive_looks() -> None:
+    snaps, io = hk_run()
+    assert q.quiet_since(snaps, X86) is None  # no I/O counters: nothing excused
+    gap = [*snaps[:4], *(Snapshot(s.t + 3, s.processes) for s in snaps[4:])]
+    assert q.quiet_since(gap, X86, None, None, io) == pytest.approx(9.0)  # 5 s after the gap
+
+
+def test_a_timed_waiter_whose_cpu_is_not_negligible_is_not_housekeeping() -> None:
+    def busy(i: int) -> list[ProcessSample]:
+        return [proc(10, 1, th(10), sleeper(12, cpu=0.02 * i, runs=i))]  # 8% of a core
+
+    snaps, io = hk_run(make=busy)
+    assert q.quiet_since(snaps, X86, None, None, io) is None
+
+
+def test_a_timed_waiter_whose_arguments_change_is_not_housekeeping() -> None:
+    def moving(i: int) -> list[ProcessSample]:
+        return [
+            proc(10, 1, th(10), sleeper(12, runs=i, args=(1, 1, 0x7FFD10 + i % 2 * 8, 0, 0, 0)))
+        ]
+
+    snaps, io = hk_run(make=moving)
+    assert q.quiet_since(snaps, X86, None, None, io) is None
+
+
+def test_a_tree_of_only_housekeeping_threads_is_not_a_deadlock() -> None:
+    def idle(i: int) -> list[ProcessSample]:
+        return [proc(10, 1, sleeper(10, runs=i), sleeper(11, runs=i))]
+
+    snaps, io = hk_run(seconds=10, make=idle)
+    assert q.quiet_since(snaps, X86, None, None, io) is None
+
+
+def test_one_long_sleep_is_not_housekeeping() -> None:
+    # a pool worker inside a task's time.sleep(10) while the caller waits for it
+    def task(i: int) -> list[ProcessSample]:
+        return [proc(10, 1, th(10), sleeper(12, runs=1))]
+
+    snaps, io = hk_run(seconds=10, make=task)
+    assert q.quiet_since(snaps, X86, None, None, io) is None
+
+
+def test_a_thread_that_did_real_work_in_between_is_not_housekeeping() -> None:
+    # bytes read or written by the tree (the sleeper polled a file, say) restart the span
+    snaps, io = hk_run(io=lambda i: {10: (100 + (i == 10), 200), 20: (5, 5)})
+    assert q.quiet_since(snaps, X86, None, None, io) is None
+
+    # a process started in between: the span starts after it
+    def born(i: int) -> list[ProcessSample]:
+        extra = [proc(20, 10, th(20))] if i >= 10 else []
+        return [proc(10, 1, th(10), sleeper(12, runs=i)), *extra]
+
+    snaps, io = hk_run(make=born)
+    assert q.quiet_since(snaps, X86, None, None, io) is None
+    # a timer signal may end the tree's waits: they are timed, nothing is excused
+    snaps, io = hk_run()
+    facts = [q.TreeFacts(timers={10: "catches SIGALRM"})] * len(snaps)
+    assert q.quiet_since(snaps, X86, facts, None, io) is None

@@ -11,12 +11,23 @@ the tree not quiescent.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
 
+from harness.execute.fdwaits import POLLS, TreeFacts, Wait, poll_wait, rw_wait
+from harness.execute.housekeeping import Look, housekeepers
+from harness.execute.syscalls import AARCH64, X86_64, SyscallTable, syscall_name, table_for
 from harness.sampling.model import ProcessSample, Snapshot, ThreadSample, ThreadWait
 from harness.vocab import WaitKind
+
+__all__ = [
+    "AARCH64",
+    "X86_64",
+    "SyscallTable",
+    "TreeFacts",
+    "Wait",
+    "syscall_name",
+    "table_for",
+]
 
 # what a thread waits on
 # the words of vocab.WaitKind, named here as the rule reads them (docs/quiescence.md):
@@ -26,83 +37,7 @@ OUTSIDE = WaitKind.OUTSIDE  # disk, sockets, ttys, a pipe written from outside, 
 RUNNING = WaitKind.RUNNING  # on a CPU, runnable, or in a syscall that does not block
 UNKNOWN = WaitKind.UNKNOWN  # cannot tell (unreadable, unknown architecture, 32-bit process)
 DONE = WaitKind.DONE  # an exited thread (zombie): waits on nothing
-
-# ---------------------------------------------------------------- syscall numbers
-
-# (name, x86_64, aarch64): the syscalls the rule reads, and common blocking ones so that a
-# report names them. aarch64 uses the asm-generic numbers and has no poll, select, pause
-# or epoll_wait.
-_SYSCALLS: tuple[tuple[str, int, int | None], ...] = (
-    ("read", 0, 63),
-    ("readv", 19, 65),
-    ("write", 1, 64),
-    ("writev", 20, 66),
-    ("futex", 202, 98),
-    ("futex_waitv", 449, 449),
-    ("wait4", 61, 260),
-    ("waitid", 247, 95),
-    ("nanosleep", 35, 101),
-    ("clock_nanosleep", 230, 115),
-    ("restart_syscall", 219, 128),
-    ("ppoll", 271, 73),
-    ("pselect6", 270, 72),
-    ("epoll_pwait", 281, 22),
-    ("epoll_pwait2", 441, 441),
-    ("recvfrom", 45, 207),
-    ("recvmsg", 47, 212),
-    ("accept", 43, 202),
-    ("accept4", 288, 242),
-    ("connect", 42, 203),
-    ("sendto", 44, 206),
-    ("sendmsg", 46, 211),
-    ("rt_sigsuspend", 130, 133),
-    ("rt_sigtimedwait", 128, 137),
-    ("sched_yield", 24, 124),
-    ("io_getevents", 208, 4),
-    ("io_uring_enter", 426, 426),
-    ("flock", 73, 32),
-    ("fcntl", 72, 25),
-    ("semop", 65, 193),
-    ("semtimedop", 220, 192),
-    ("msgrcv", 70, 188),
-    ("ioctl", 16, 29),
-    ("openat", 257, 56),
-    ("exit_group", 231, 94),
-    ("clone", 56, 220),
-    ("clone3", 435, 435),
-    ("mmap", 9, 222),
-    ("poll", 7, None),
-    ("select", 23, None),
-    ("pause", 34, None),
-    ("epoll_wait", 232, None),
-)
-
-
-@dataclass(frozen=True)
-class SyscallTable:
-    arch: str
-    names: Mapping[int, str]
-
-    def name(self, number: int) -> str:
-        return self.names.get(number, f"#{number}")
-
-
-X86_64 = SyscallTable("x86_64", {x86: name for name, x86, _ in _SYSCALLS})
-AARCH64 = SyscallTable("aarch64", {arm: name for name, _, arm in _SYSCALLS if arm is not None})
-_MACHINES = {"x86_64": X86_64, "amd64": X86_64, "aarch64": AARCH64, "arm64": AARCH64}
-
-
-def table_for(machine: str) -> SyscallTable | None:
-    """The syscall numbers of `platform.machine()`, or None (quiescence is then off)."""
-    return _MACHINES.get(machine.lower())
-
-
-def syscall_name(th: ThreadSample, table: SyscallTable | None) -> str:
-    """ "futex", "running", "" (unreadable), "-1" (blocked outside a syscall), "#N"."""
-    if table is None or not th.syscall.isdigit():
-        return th.syscall
-    return table.name(int(th.syscall))
-
+HOUSEKEEPING = WaitKind.HOUSEKEEPING  # a periodic timed wake-up that changes nothing
 
 # ---------------------------------------------------------------- one thread
 
@@ -120,26 +55,6 @@ _FUTEX_WAITS = {
 _FUTEX_FLAGS = 128 | 256
 _WNOHANG = 1
 _P_PID = 1
-_PIPE = re.compile(r"^pipe:\[(\d+)\]$")
-
-
-@dataclass
-class TreeFacts:
-    """What the threads alone do not say, read by the watch loop only when the threads look
-    blocked: what a read waits on, who can write to a pipe, who may get a timer signal."""
-
-    fds: dict[tuple[int, int], str] = field(default_factory=dict)  # (pid, fd) → readlink
-    writers: dict[int, list[int]] = field(default_factory=dict)  # pipe inode → tree pids
-    outside_writers: dict[int, list[int]] = field(default_factory=dict)  # → other pids
-    timers: dict[int, str] = field(default_factory=dict)  # pid → "catches SIGALRM", ...
-    compat: set[int] = field(default_factory=set)  # 32-bit processes
-
-
-@dataclass(frozen=True)
-class Wait:
-    kind: WaitKind
-    what: str
-    fd: int | None = None  # a read on this fd, not looked at yet (needs TreeFacts)
 
 
 def _signed32(value: int) -> int:
@@ -152,9 +67,10 @@ def _futex(args: Sequence[int]) -> Wait:
     name = _FUTEX_WAITS.get(cmd)
     if name is None:
         return Wait(RUNNING, f"futex op {cmd} (not a wait)")
+    on = f"futex:{args[0]:#x}"
     if args[3]:
-        return Wait(TIMED, f"futex wait with a timeout ({name})")
-    return Wait(TREE, f"futex wait, no timeout ({name})")
+        return Wait(TIMED, f"futex wait with a timeout ({name})", on=on, idle=True)
+    return Wait(TREE, f"futex wait, no timeout ({name})", on=on)
 
 
 def _children(snap: Snapshot, pid: int) -> list[int]:
@@ -172,32 +88,15 @@ def _wait_child(name: str, args: Sequence[int], proc: ProcessSample, snap: Snaps
     elif name == "waitid" and args[0] == _P_PID:
         target = int(args[1])
     if target is not None:
+        on = f"child:{target}"
         if target in children:
-            return Wait(TREE, f"{name} for child {target} (in the tree)")
-        return Wait(OUTSIDE, f"{name} for pid {target}, not a child seen in the tree")
+            return Wait(TREE, f"{name} for child {target} (in the tree)", on=on, peers=(target,))
+        return Wait(OUTSIDE, f"{name} for pid {target}, not a child seen in the tree", on=on)
     if children:
         listed = ", ".join(map(str, children[:8]))
-        return Wait(TREE, f"{name} for any child ({listed}: in the tree)")
-    return Wait(OUTSIDE, f"{name} with no child seen in the tree")
-
-
-def _read(name: str, fd: int, pid: int, facts: TreeFacts | None) -> Wait:
-    target = facts.fds.get((pid, fd)) if facts is not None else None
-    if facts is None:
-        return Wait(UNKNOWN, f"{name} on fd {fd}: not looked at", fd=fd)
-    if target is None:
-        return Wait(UNKNOWN, f"{name} on fd {fd}: unreadable")
-    m = _PIPE.match(target)
-    if m is None:
-        return Wait(OUTSIDE, f"{name} on fd {fd} ({target})")
-    ino = int(m.group(1))
-    outside = facts.outside_writers.get(ino, [])
-    if outside:
-        return Wait(OUTSIDE, f"{name} on pipe {ino}: writer outside the tree (pid {outside[0]})")
-    inside = facts.writers.get(ino, [])
-    if not inside:
-        return Wait(OUTSIDE, f"{name} on pipe {ino}: no writer in the tree")
-    return Wait(TREE, f"{name} on pipe {ino}, written only by the tree (pid {inside[0]})")
+        what = f"{name} for any child ({listed}: in the tree)"
+        return Wait(TREE, what, on="child:any", peers=tuple(children))
+    return Wait(OUTSIDE, f"{name} with no child seen in the tree", on="child:any")
 
 
 def thread_wait(
@@ -231,17 +130,19 @@ def thread_wait(
         return _futex(args)
     if name == "futex_waitv":
         if args[3]:
-            return Wait(TIMED, "futex_waitv with a timeout")
+            return Wait(TIMED, "futex_waitv with a timeout", idle=True)
         return Wait(TREE, "futex_waitv, no timeout")
     if name in ("nanosleep", "clock_nanosleep"):
-        return Wait(TIMED, name)
+        return Wait(TIMED, name, idle=True)
     if name == "restart_syscall":
-        return Wait(TIMED, "restart_syscall (an interrupted timed wait)")
+        return Wait(TIMED, "restart_syscall (an interrupted timed wait)", idle=True)
     if name in ("wait4", "waitid"):
         return _wait_child(name, args, proc, snap)
-    if name in ("read", "readv"):
-        return _read(name, int(args[0]), proc.pid, facts)
-    return Wait(OUTSIDE, name)  # poll, select, epoll, recv, accept, pause, sigwait, ...
+    if name in ("read", "readv", "write", "writev"):
+        return rw_wait(name, int(args[0]), proc.pid, name.startswith("read"), facts)
+    if name in POLLS:
+        return poll_wait(name, args, proc.pid, th.tid, facts)
+    return Wait(OUTSIDE, name)  # recv, accept, pause, sigwait, ...
 
 
 # ---------------------------------------------------------------- the tree
@@ -257,33 +158,67 @@ def tree_waits(
         for th in proc.threads:
             w = thread_wait(snap, proc, th, table, facts)
             if w.kind == TREE and timer:  # a timer signal may end the wait
-                w = Wait(TIMED, f"{w.what}, but the process {timer}")
-            out.append((ThreadWait(proc.pid, th.tid, w.kind, w.what), w))
+                w = Wait(TIMED, f"{w.what}, but the process {timer}", on=w.on, peers=w.peers)
+            tw = ThreadWait(proc.pid, th.tid, w.kind, w.what, w.on, list(w.peers))
+            out.append((tw, w))
     return out
 
 
 def is_blocked(waits: Sequence[tuple[ThreadWait, Wait]]) -> bool:
-    """Every live thread waits on the tree (and there is at least one)."""
+    """Every live thread waits on the tree or is housekeeping, and at least one waits on the
+    tree (a tree of housekeeping threads alone is idle, not deadlocked)."""
     kinds = [w.kind for _, w in waits]
-    return TREE in kinds and all(k in (TREE, DONE) for k in kinds)
+    return TREE in kinds and all(k in (TREE, DONE, HOUSEKEEPING) for k in kinds)
 
 
-def needs_facts(waits: Sequence[tuple[ThreadWait, Wait]]) -> list[tuple[int, int]]:
-    """(pid, fd) of the reads to look at when nothing else stands in the way, else []."""
-    pending = [(tw.pid, w.fd) for tw, w in waits if w.fd is not None]
-    others = [w for _, w in waits if w.fd is None]
-    if not pending or not all(w.kind in (TREE, DONE) for w in others):
-        return []
-    return pending
+def needs_facts(waits: Sequence[tuple[ThreadWait, Wait]]) -> bool:
+    """Nothing but facts stands in the way: every thread waits on the tree, is done, is a
+    housekeeping candidate (`idle`) or waits on fds not looked at yet, and at least one
+    waits on the tree or on such fds. Only then does the watch loop read the facts."""
+    if not any(w.kind == TREE or w.pending for _, w in waits):
+        return False
+    return all(w.kind in (TREE, DONE) or w.idle or w.pending for _, w in waits)
+
+
+def pending_fds(waits: Sequence[tuple[ThreadWait, Wait]]) -> list[tuple[int, int]]:
+    """(pid, fd) of the reads and writes whose fd is to be looked at."""
+    return [(tw.pid, w.fd) for tw, w in waits if w.pending == "fd" and w.fd is not None]
+
+
+def pending_polls(waits: Sequence[tuple[ThreadWait, Wait]]) -> list[tuple[int, int]]:
+    """(pid, tid) of the polls whose fds are to be read."""
+    return [(tw.pid, tw.tid) for tw, w in waits if w.pending == "poll"]
+
+
+def mark_housekeeping(
+    waits: Sequence[tuple[ThreadWait, Wait]], found: dict[tuple[int, int], str]
+) -> list[tuple[ThreadWait, Wait]]:
+    """The waits with the threads of `found` (key → why) turned HOUSEKEEPING."""
+    out = []
+    for tw, w in waits:
+        why = found.get((tw.pid, tw.tid))
+        if why is not None:
+            w = Wait(HOUSEKEEPING, why, on=w.on, peers=w.peers, idle=True)
+            tw = ThreadWait(tw.pid, tw.tid, HOUSEKEEPING, why, w.on, list(w.peers))
+        out.append((tw, w))
+    return out
 
 
 def _threads(snap: Snapshot) -> dict[tuple[int, int], ThreadSample]:
     return {(p.pid, t.tid): t for p in snap.processes for t in p.threads if t.state not in "ZX"}
 
 
-def woke(prev: Snapshot, cur: Snapshot, cpu_slack: float = 0.0, runs: bool = True) -> str | None:
+def woke(
+    prev: Snapshot,
+    cur: Snapshot,
+    cpu_slack: float = 0.0,
+    runs: bool = True,
+    ignore: Collection[tuple[int, int]] = (),
+) -> str | None:
     """Why `cur` shows the tree moved since `prev` (None: nothing moved). `cpu_slack` and
-    `runs=False` forgive what a tracer's attach costs (the confirmation after a dump)."""
+    `runs=False` forgive what a tracer's attach costs (the confirmation after a dump);
+    the CPU and runs of the threads in `ignore` (housekeeping, whose own clause bounds
+    them) are not compared, their state, syscall and arguments are."""
     before, after = _threads(prev), _threads(cur)
     if {p.pid for p in prev.processes} != {p.pid for p in cur.processes}:
         return "a process started or exited"
@@ -291,10 +226,11 @@ def woke(prev: Snapshot, cur: Snapshot, cpu_slack: float = 0.0, runs: bool = Tru
         return "a thread started or exited"
     for key, a in after.items():
         b = before[key]
-        if a.cpu_time - b.cpu_time > cpu_slack:
-            return f"tid {key[1]} used {a.cpu_time - b.cpu_time:.2f}s of CPU"
-        if runs and a.runs is not None and b.runs is not None and a.runs != b.runs:
-            return f"tid {key[1]} was scheduled {a.runs - b.runs} time(s)"
+        if key not in ignore:
+            if a.cpu_time - b.cpu_time > cpu_slack:
+                return f"tid {key[1]} used {a.cpu_time - b.cpu_time:.2f}s of CPU"
+            if runs and a.runs is not None and b.runs is not None and a.runs != b.runs:
+                return f"tid {key[1]} was scheduled {a.runs - b.runs} time(s)"
         if (a.state, a.syscall, a.syscall_args) != (b.state, b.syscall, b.syscall_args):
             return f"tid {key[1]} changed what it waits on"
     return None
@@ -306,17 +242,33 @@ def advance(
     cur: Snapshot,
     blocked: bool,
     output_at: float | None = None,
+    ignore: Collection[tuple[int, int]] = (),
 ) -> float | None:
     """The start of the quiet run after `cur` (seconds, the snapshots' clock), given the run's
     start after `prev`: None while not blocked; restarts at `cur` when anything moved or the
-    tree wrote output since `prev`."""
+    tree wrote output since `prev` (`ignore`: housekeeping threads, as in `woke`)."""
     if not blocked:
         return None
     if since is None or prev is None:
         return cur.t
-    if woke(prev, cur) is not None or (output_at is not None and output_at > prev.t):
+    if woke(prev, cur, ignore=ignore) is not None or (output_at is not None and output_at > prev.t):
         return cur.t
     return since
+
+
+def judge(
+    snap: Snapshot,
+    table: SyscallTable | None,
+    facts: TreeFacts | None,
+    history: Sequence[Look] = (),
+    io: dict[int, tuple[int, int]] | None = None,
+) -> tuple[list[tuple[ThreadWait, Wait]], Look]:
+    """One snapshot's waits by the whole rule, housekeeping included (`history`: the earlier
+    looks, oldest first), and the look to append to the history."""
+    waits = tree_waits(snap, table, facts)
+    look = Look(snap, {(tw.pid, tw.tid): w for tw, w in waits}, io)
+    found = housekeepers([*history, look])
+    return (mark_housekeeping(waits, found) if found else waits), look
 
 
 def quiet_since(
@@ -324,13 +276,18 @@ def quiet_since(
     table: SyscallTable | None,
     facts: Sequence[TreeFacts | None] | None = None,
     output_at: float | None = None,
+    io: Sequence[dict[int, tuple[int, int]] | None] | None = None,
 ) -> float | None:
     """Since when the tree has been quiescent, over a run of snapshots (oldest first), with
-    each snapshot's facts; None when it is not quiescent at the last one."""
+    each snapshot's facts and I/O counters; None when it is not quiescent at the last one."""
     since: float | None = None
     prev: Snapshot | None = None
+    history: list[Look] = []
     for i, snap in enumerate(snapshots):
         f = facts[i] if facts is not None else None
-        since = advance(since, prev, snap, is_blocked(tree_waits(snap, table, f)), output_at)
+        waits, look = judge(snap, table, f, history, io[i] if io is not None else None)
+        history.append(look)
+        hk = [(tw.pid, tw.tid) for tw, _ in waits if tw.kind == HOUSEKEEPING]
+        since = advance(since, prev, snap, is_blocked(waits), output_at, hk)
         prev = snap
     return since

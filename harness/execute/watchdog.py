@@ -41,6 +41,14 @@ PAUSE_FLOOR_S = 2.0
 # is at most a second: output.MAX_LAG_S).
 SETTLE_S = 1.0
 MAX_PAUSES = 50  # pauses listed in the report; more are counted
+# At the wall limit a run is still progressing (timeout-progressing) only when its last
+# progress is recent: within the stall window, and within the larger of a quarter of the
+# wall and twice the longest silence between two of its own progress events (its own
+# pace). So a run that printed once and then fell silent is a hang at the wall even under
+# a stall or startup window longer than --timeout (watch's 60 s defaults with --timeout 5),
+# and one that prints every 0.5 s is still progressing (docs/quiescence.md).
+WALL_SHARE = 0.25
+PACE_FACTOR = 2.0
 
 
 def pause_threshold(cadence_s: float) -> float:
@@ -96,6 +104,7 @@ class Watchdog:
     pauses: list[Pause] = field(default_factory=list)  # the first MAX_PAUSES
     pauses_total: int = 0
     paused_s: float = 0.0  # every pause's gap, summed
+    longest_gap_s: float = 0.0  # the longest watched silence between two progress events
     resumed_at: float | None = None  # the look that ended the last pause
     # (start, end) of the pauses the stall window may still need: those after the last
     # progress (older ones are dropped as progress comes)
@@ -146,6 +155,9 @@ class Watchdog:
     def progress(self, now: float) -> None:
         if self.first_progress_at is None:
             self.first_progress_at = now
+        if self.last_progress_at is not None:
+            gap = self.watched(self.last_progress_at, now)
+            self.longest_gap_s = max(self.longest_gap_s, gap)
         self.last_progress_at = now
         self.progress_events += 1
         if self._unseen and self._unseen[0][1] <= now:
@@ -176,11 +188,30 @@ class Watchdog:
             since = max(since, self.resumed_at)
         return now - since
 
+    def progress_window(self) -> float:
+        """How recent the last progress must be for the run to count as still progressing
+        at the wall limit (WALL_SHARE, PACE_FACTOR)."""
+        pace = max(self.limits.wall_s * WALL_SHARE, PACE_FACTOR * self.longest_gap_s)
+        return min(self.limits.stall_s, pace)
+
     def progressing(self, now: float) -> bool:
-        """True while the last progress is recent enough that the run is not stalled."""
+        """The last progress is recent enough (progress_window) that the run was still
+        making progress at `now`: at the wall, timeout-progressing rather than a hang."""
         if self.last_progress_at is None:
             return False
-        return self.watched(self.last_progress_at, now) < self.limits.stall_s
+        return self.watched(self.last_progress_at, now) < self.progress_window()
+
+    def silence_words(self, now: float) -> str:
+        """Why a run at the wall limit is or is not still progressing, in words."""
+        window = f"progress window {self.progress_window():.1f}s"
+        if self.last_progress_at is None:
+            return f"no progress at all ({window})"
+        quiet = self.watched(self.last_progress_at, now)
+        return (
+            f"last progress {quiet:.1f}s before ({self.progress_events} progress events; "
+            f"{window}: the stall window, capped by a quarter of the wall or twice the "
+            "longest gap between progress events, whichever is larger)"
+        )
 
     def countdown(self, now: float) -> tuple[str, float]:
         """The window counting now and the seconds left in it (for live progress): the
@@ -215,5 +246,8 @@ class Watchdog:
             )
         if trigger is Trigger.WALL:
             paused = f", {self.paused_s:.1f}s of it paused" if self.pauses_total else ""
-            return f"wall-clock limit reached ({elapsed:.1f}s of {self.limits.wall_s:g}s{paused})"
+            return (
+                f"wall-clock limit reached ({elapsed:.1f}s of {self.limits.wall_s:g}s{paused}); "
+                + self.silence_words(now)
+            )
         return trigger.value

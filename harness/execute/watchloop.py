@@ -23,18 +23,24 @@ from dataclasses import dataclass
 
 import psutil
 
+from harness.execute.housekeeping import Look
 from harness.execute.quiescence import (
+    HOUSEKEEPING,
     SyscallTable,
     TreeFacts,
     Wait,
     advance,
     is_blocked,
+    judge,
     needs_facts,
+    pending_fds,
+    pending_polls,
     syscall_name,
     table_for,
     tree_waits,
     woke,
 )
+from harness.execute.treefacts import FactReader, process_io
 from harness.process import signals
 from harness.sampling import procfs
 from harness.sampling.model import (
@@ -125,7 +131,8 @@ class WatchLoop:
         self._next = launched_at
         self._since: float | None = None  # start of the quiet run, seconds since launch
         self._waits: list[tuple[ThreadWait, Wait]] = []
-        self._outside: dict[int, list[int]] | None = None  # pipe inode → outside writers
+        self._looks: deque[Look] = deque(maxlen=RECENT_SNAPSHOTS)  # for housekeeping
+        self._facts = FactReader()
         self._no_children_file = False
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         limit = OPEN_FILES if soft == resource.RLIM_INFINITY else min(OPEN_FILES, soft // 4)
@@ -181,7 +188,8 @@ class WatchLoop:
 
     def reset_quiet(self) -> None:
         self._since = None
-        self._outside = None
+        self._facts.reset()
+        self._looks.clear()  # housekeeping needs consecutive looks, too
 
     def confirm(self) -> str | None:
         """After the stack dump: None when the tree is still exactly as quiescent as before
@@ -196,15 +204,15 @@ class WatchLoop:
             snap = Snapshot(
                 round(time.monotonic() - self.launched_at, 3), self._walk(time.monotonic())
             )
-            self._outside = None  # look at outside writers afresh
-            waits = self._waits_with_facts(snap)
+            self._facts.reset()  # look at outside holders afresh
+            self._read_runs(snap)  # housekeeping is judged by its wake-ups, here too
+            waits, _ = self._judge_facts(snap, tree_waits(snap, self.table), list(self._looks))
             if not is_blocked(waits):
-                busy = [(tw, w) for tw, w in waits if w.kind not in ("tree", "done")]
-                tw = busy[0][0] if busy else None
-                why = f"tid {tw.tid}: {tw.what}" if tw else "no live thread"
+                busy = [tw for tw, w in waits if w.kind not in ("tree", "done", "housekeeping")]
+                why = f"tid {busy[0].tid}: {busy[0].what}" if busy else "no live thread"
                 continue
-            moved = woke(before, snap, cpu_slack=0.05, runs=False)
-            return None if moved is None else moved
+            hk = [(tw.pid, tw.tid) for tw, _ in waits if tw.kind == HOUSEKEEPING]
+            return woke(before, snap, cpu_slack=0.05, runs=False, ignore=hk)
         return why
 
     def annotate(self, samples: SampleSet) -> None:
@@ -212,6 +220,9 @@ class WatchLoop:
         samples.timeline = self.timeline()
         samples.events = list(self.events)
         samples.waits = [tw for tw, _ in self._waits]
+        for tw in samples.waits:
+            if tw.kind == HOUSEKEEPING:  # the evidence says which threads were excused
+                self.notes.append(f"pid {tw.pid} tid {tw.tid} not counted: {tw.what}")
         samples.watch = WatchInfo(
             interval_s=self.interval,
             snapshots=self.snapshots,
@@ -349,59 +360,37 @@ class WatchLoop:
         if self.table is None:
             return False
         waits = tree_waits(snap, self.table)
-        if self.judging and (is_blocked(waits) or needs_facts(waits)):
-            for proc in snap.processes:
-                for th in proc.threads:
-                    th.runs = procfs.thread_runs(proc.pid, th.tid, self.files)
-            waits = self._waits_with_facts(snap, waits)
+        look = Look(snap, {(tw.pid, tw.tid): w for tw, w in waits})
+        if self.judging and needs_facts(waits):
+            self._read_runs(snap)
+            waits, look = self._judge_facts(snap, waits, list(self._looks))
         self._waits = waits
+        self._looks.append(look)
         if not self.judging:
             return False
         quiet = is_blocked(waits)
         out = None if output_at is None else output_at - self.launched_at
-        self._since = advance(self._since, prev, snap, quiet, out)
+        hk = [(tw.pid, tw.tid) for tw, _ in waits if tw.kind == HOUSEKEEPING]
+        self._since = advance(self._since, prev, snap, quiet, out, hk)
         if self._since is None:
-            self._outside = None
+            self._facts.reset()
         return quiet
 
-    def _waits_with_facts(
-        self, snap: Snapshot, first: list[tuple[ThreadWait, Wait]] | None = None
-    ) -> list[tuple[ThreadWait, Wait]]:
-        first = tree_waits(snap, self.table) if first is None else first
-        facts = TreeFacts()
+    def _read_runs(self, snap: Snapshot) -> None:
         for proc in snap.processes:
-            known = self._known.get(proc.pid)
-            if known is not None and known.bits32:
-                facts.compat.add(proc.pid)
-            why = procfs.timer_wakers(proc.pid)
-            if why:
-                facts.timers[proc.pid] = why
-        for pid, fd in needs_facts(first):
-            target = procfs.fd_target(pid, fd)
-            if target is not None:
-                facts.fds[(pid, fd)] = target
-        inodes = {
-            int(t[6:-1]) for t in facts.fds.values() if t.startswith("pipe:[") and t.endswith("]")
-        }
-        if inodes:
-            tree = [p.pid for p in snap.processes]
-            for pid in tree:
-                for ino in procfs.pipe_writer(pid, inodes):
-                    facts.writers.setdefault(ino, []).append(pid)
-            facts.outside_writers = self._outside_writers(inodes, set(tree))
-        return tree_waits(snap, self.table, facts)
+            for th in proc.threads:
+                th.runs = procfs.thread_runs(proc.pid, th.tid, self.files)
 
-    def _outside_writers(self, inodes: set[int], tree: set[int]) -> dict[int, list[int]]:
-        """Processes outside the tree holding these pipes for writing: a scan of every
-        process whose fds we may read, once per quiet run (the tree is not moving)."""
-        if self._outside is None or not inodes <= self._outside.keys():
-            found: dict[int, list[int]] = {ino: [] for ino in inodes}
-            for pid in procfs.all_pids():
-                if pid not in tree:
-                    for ino in procfs.pipe_writer(pid, inodes):
-                        found[ino].append(pid)
-            self._outside = {**(self._outside or {}), **found}
-        return {ino: self._outside[ino] for ino in inodes if self._outside[ino]}
+    def _judge_facts(
+        self, snap: Snapshot, first: list[tuple[ThreadWait, Wait]], history: list[Look]
+    ) -> tuple[list[tuple[ThreadWait, Wait]], Look]:
+        """The waits by the whole rule: the facts of the fds, timers and I/O read."""
+        compat = {p.pid for p in snap.processes if (k := self._known.get(p.pid)) and k.bits32}
+        facts: TreeFacts = self._facts.read(
+            snap, self.table, pending_fds(first), pending_polls(first), compat
+        )
+        live = [p.pid for p in snap.processes if any(t.state not in "ZX" for t in p.threads)]
+        return judge(snap, self.table, facts, history, process_io(live))
 
     # ------------------------------------------------------------ the timeline
 

@@ -194,29 +194,41 @@ def fd_target(pid: int, fd: int) -> str | None:
 _O_ACCMODE = 0o3
 
 
-def fd_writable(pid: int, fd: int) -> bool:
-    """The fd was opened for writing (fdinfo `flags`: O_WRONLY or O_RDWR)."""
+def fd_mode(pid: int, fd: int) -> int | None:
+    """O_RDONLY, O_WRONLY or O_RDWR (fdinfo `flags`), None when unreadable."""
     for line in (read_proc(f"/proc/{pid}/fdinfo/{fd}") or "").splitlines():
         if line.startswith("flags:"):
-            return int(line.split()[1], 8) & _O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
-    return False
+            return int(line.split()[1], 8) & _O_ACCMODE
+    return None
 
 
-def pipe_writer(pid: int, inodes: Collection[int]) -> set[int]:
-    """Which of these pipe inodes process `pid` holds open for writing (its fds it can read)."""
+def fd_writable(pid: int, fd: int) -> bool:
+    """The fd was opened for writing (fdinfo `flags`: O_WRONLY or O_RDWR)."""
+    return fd_mode(pid, fd) in (os.O_WRONLY, os.O_RDWR)
+
+
+def pipe_holders(pid: int, inodes: Collection[int]) -> tuple[set[int], set[int]]:
+    """Which of these pipe inodes process `pid` holds open (its fds it can read): (for
+    writing, for reading); an fd open both ways counts in both."""
     wanted = {f"pipe:[{ino}]": ino for ino in inodes}
-    found: set[int] = set()
+    written: set[int] = set()
+    read: set[int] = set()
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return found
+        return written, read
     for name in fds:
         if not name.isdigit():
             continue
         ino = wanted.get(fd_target(pid, int(name)) or "")
-        if ino is not None and ino not in found and fd_writable(pid, int(name)):
-            found.add(ino)
-    return found
+        if ino is None:
+            continue
+        mode = fd_mode(pid, int(name))
+        if mode in (os.O_WRONLY, os.O_RDWR):
+            written.add(ino)
+        if mode in (os.O_RDONLY, os.O_RDWR):
+            read.add(ino)
+    return written, read
 
 
 def all_pids() -> list[int]:

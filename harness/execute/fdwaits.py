@@ -1,0 +1,181 @@
+"""What a wait on file descriptors waits on (docs/quiescence.md): a read, a write, or a
+poll/select/epoll over fds, judged from the facts the watch loop reads about them
+(`TreeFacts`): which processes, in the tree and outside it, hold each end of a pipe, and
+which tree processes hold the other end of a socket. Pure: tested over hand-made facts.
+
+A wait on fds is on the tree only when every process that could end it holds the other end
+and is in the tree: a read on a pipe whose writers are all in the tree, a write on a full
+pipe whose readers are all in the tree, a poll whose every fd is such a pipe (or a socket
+whose peer is held only by the tree).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from harness.vocab import WaitKind
+
+_PIPE = re.compile(r"^pipe:\[(\d+)\]$")
+_SOCKET = re.compile(r"^socket:\[(\d+)\]$")
+POLLIN, POLLPRI, POLLOUT = 0x1, 0x2, 0x4
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One thread's wait, by the rule. `idle`: it can end only by time or by the tree (a
+    sleep, a timed futex wait, a timed poll on tree fds): a housekeeping candidate.
+    `pending`: "fd" (a read or write on `fd`) or "poll" (the thread's polled fds), facts to
+    read before it can be judged."""
+
+    kind: WaitKind
+    what: str
+    fd: int | None = None
+    on: str = ""
+    peers: tuple[int, ...] = ()
+    idle: bool = False
+    pending: str = ""
+
+
+@dataclass
+class TreeFacts:
+    """What the threads alone do not say, read by the watch loop only when the threads look
+    blocked: what a read waits on, who holds each end of a pipe, who may get a timer signal,
+    what a poll watches."""
+
+    fds: dict[tuple[int, int], str] = field(default_factory=dict)  # (pid, fd) → readlink
+    writers: dict[int, list[int]] = field(default_factory=dict)  # pipe inode → tree pids
+    outside_writers: dict[int, list[int]] = field(default_factory=dict)  # → other pids
+    readers: dict[int, list[int]] = field(default_factory=dict)  # pipe inode → tree pids
+    outside_readers: dict[int, list[int]] = field(default_factory=dict)  # → other pids
+    # a socket inode → the tree pids holding its peer, when the peer is held only by the
+    # tree (a connected loopback TCP socket); absent: the peer is outside or unknown
+    socket_peers: dict[int, list[int]] = field(default_factory=dict)
+    # (pid, tid) → the (fd, events) a poll/select/epoll waits on; absent: unreadable
+    polled: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict)
+    writable: set[tuple[int, int]] = field(default_factory=set)  # (pid, fd) open for writing
+    timers: dict[int, str] = field(default_factory=dict)  # pid → "catches SIGALRM", ...
+    compat: set[int] = field(default_factory=set)  # 32-bit processes
+
+
+def pipe_inode(target: str) -> int | None:
+    m = _PIPE.match(target)
+    return int(m.group(1)) if m else None
+
+
+def socket_inode(target: str) -> int | None:
+    m = _SOCKET.match(target)
+    return int(m.group(1)) if m else None
+
+
+def _pipe_end(ino: int, reading: bool, facts: TreeFacts) -> tuple[list[int], list[int]]:
+    """(tree pids, outside pids) at the other end of pipe `ino` for a reader or a writer."""
+    if reading:
+        return facts.writers.get(ino, []), facts.outside_writers.get(ino, [])
+    return facts.readers.get(ino, []), facts.outside_readers.get(ino, [])
+
+
+def rw_wait(name: str, fd: int, pid: int, reading: bool, facts: TreeFacts | None) -> Wait:
+    """A read (readv) or write (writev) blocked on `fd` of `pid`."""
+    if facts is None:
+        return Wait(WaitKind.UNKNOWN, f"{name} on fd {fd}: not looked at", fd=fd, pending="fd")
+    target = facts.fds.get((pid, fd))
+    if target is None:
+        return Wait(WaitKind.UNKNOWN, f"{name} on fd {fd}: unreadable")
+    ino = pipe_inode(target)
+    if ino is None:
+        return Wait(WaitKind.OUTSIDE, f"{name} on fd {fd} ({target})", on=target)
+    on, end = f"pipe:[{ino}]", "writer" if reading else "reader"
+    inside, outside = _pipe_end(ino, reading, facts)
+    peers = tuple(sorted(inside))
+    if outside:
+        what = f"{name} on pipe {ino}: {end} outside the tree (pid {outside[0]})"
+        return Wait(WaitKind.OUTSIDE, what, on=on, peers=peers)
+    if not inside:
+        return Wait(WaitKind.OUTSIDE, f"{name} on pipe {ino}: no {end} in the tree", on=on)
+    if reading:
+        what = f"{name} on pipe {ino}, written only by the tree (pid {inside[0]})"
+    else:
+        what = f"{name} to a full pipe {ino}, read only by the tree (pid {inside[0]})"
+    return Wait(WaitKind.TREE, what, on=on, peers=peers)
+
+
+# poll family: (name, timeout argument index, "int" (ms, < 0 forever) or "ptr" (NULL forever))
+POLLS = {
+    "poll": (2, "int"),
+    "ppoll": (2, "ptr"),
+    "select": (4, "ptr"),
+    "pselect6": (4, "ptr"),
+    "epoll_wait": (3, "int"),
+    "epoll_pwait": (3, "int"),
+    "epoll_pwait2": (3, "ptr"),
+}
+
+
+def poll_timed(name: str, args: Sequence[int]) -> bool:
+    index, form = POLLS[name]
+    value = args[index]
+    if form == "ptr":
+        return value != 0
+    value &= 0xFFFFFFFF
+    return value < 1 << 31  # a negative int: forever
+
+
+def _fd_peers(pid: int, fd: int, events: int, facts: TreeFacts) -> tuple[str, list[int]] | str:
+    """(what it is, tree pids at the other end) for one polled fd, or why it is not proven
+    to be ended only by the tree."""
+    target = facts.fds.get((pid, fd))
+    if target is None:
+        return f"fd {fd} unreadable"
+    ino = pipe_inode(target)
+    if ino is not None:
+        peers: list[int] = []
+        # a read end waits for its writers (data, or the last one closing); a write end for
+        # its readers; an fd open both ways (or asked both ways) for both
+        ends = []
+        if events & (POLLIN | POLLPRI) or (pid, fd) not in facts.writable:
+            ends.append(True)
+        if events & POLLOUT or (pid, fd) in facts.writable:
+            ends.append(False)
+        for reading in ends:
+            inside, outside = _pipe_end(ino, reading, facts)
+            if outside:
+                return f"fd {fd} ({target}): other end outside the tree (pid {outside[0]})"
+            if not inside:
+                return f"fd {fd} ({target}): other end not in the tree"
+            peers += inside
+        return target, peers
+    sock = socket_inode(target)
+    if sock is not None and sock in facts.socket_peers:
+        return target, list(facts.socket_peers[sock])
+    return f"fd {fd} ({target}): not a pipe or a socket of the tree"
+
+
+def poll_wait(name: str, args: Sequence[int], pid: int, tid: int, facts: TreeFacts | None) -> Wait:
+    """poll/select/epoll: on the tree when every fd it watches has only the tree at its
+    other end; then untimed is TREE, timed is TIMED and idle (a housekeeping candidate)."""
+    timed = poll_timed(name, args)
+    form = "with a timeout" if timed else "no timeout"
+    if facts is None:
+        return Wait(WaitKind.OUTSIDE, f"{name} ({form}): fds not looked at", pending="poll")
+    watched = facts.polled.get((pid, tid))
+    if watched is None:
+        return Wait(WaitKind.OUTSIDE, f"{name} ({form}): its fds cannot be read")
+    if not watched:
+        # no fd at all: a sleep written as a poll (select(0, NULL, NULL, NULL, &tv))
+        if timed:
+            return Wait(WaitKind.TIMED, f"{name} on no fd (a sleep)", idle=True)
+        return Wait(WaitKind.OUTSIDE, f"{name} on no fd, no timeout (only a signal ends it)")
+    ons: list[str] = []
+    peers: set[int] = set()
+    for fd, events in watched:
+        found = _fd_peers(pid, fd, events, facts)
+        if isinstance(found, str):
+            return Wait(WaitKind.OUTSIDE, f"{name} ({form}): {found}")
+        ons.append(found[0])
+        peers.update(found[1])
+    on = ",".join(dict.fromkeys(ons))
+    what = f"{name} ({form}) on {len(watched)} fd(s), each with only the tree at the other end"
+    kind = WaitKind.TIMED if timed else WaitKind.TREE
+    return Wait(kind, what, on=on, peers=tuple(sorted(peers)), idle=timed)

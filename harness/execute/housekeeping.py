@@ -1,0 +1,122 @@
+"""Housekeeping threads (docs/quiescence.md): a thread whose only activity is a periodic timed
+wake-up that changes nothing does not hold back the verdict of a tree otherwise blocked on
+itself. Real programs keep such threads: multiprocessing.Pool's helpers, a
+`Condition.wait(timeout)` loop, a heartbeat `while True: time.sleep(0.1)`, runtimes' event
+loops polling their own pipes with a timeout.
+
+Pure, over the watch loop's recent looks. Conservative: the thread must be seen in the same
+timed wait (same syscall, same six arguments) at every look over at least SPAN_S (and
+LOOKS looks), waking at least MIN_WAKES times, with CPU under a small bound, while the
+tree's processes and threads stayed the same and none of its processes read or wrote a
+byte (/proc/PID/io rchar and wchar).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.execute.fdwaits import Wait
+from harness.sampling.model import Snapshot, ThreadSample
+from harness.vocab import WaitKind
+
+SPAN_S = 5.0  # seen idle at least this long before it is excused
+LOOKS = 8  # and at this many looks at least (a look every 0.25 s: 20 over the span)
+CPU_SHARE = 0.01  # at most 1% of one core over the span...
+CPU_TICK = 0.01  # ...and never less than one clock tick (CPU time is counted in ticks)
+MIN_WAKES = 2  # seen waking at least twice (schedstat): periodic, not one long sleep
+MAX_GAP_S = 2.0  # a longer gap between looks is a pause (docs/quiescence.md): the span ends
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look of the history: the snapshot, each thread's wait by the rule, and each
+    process's I/O counters (pid → (rchar, wchar); None when they were not read)."""
+
+    snap: Snapshot
+    waits: dict[tuple[int, int], Wait]
+    io: dict[int, tuple[int, int]] | None = None
+
+
+def _threads(snap: Snapshot) -> dict[tuple[int, int], ThreadSample]:
+    return {(p.pid, t.tid): t for p in snap.processes for t in p.threads if t.state not in "ZX"}
+
+
+def _same_tree(a: Look, b: Look) -> bool:
+    """Same processes, same live threads, no byte read or written by any process."""
+    if {p.pid for p in a.snap.processes} != {p.pid for p in b.snap.processes}:
+        return False
+    if _threads(a.snap).keys() != _threads(b.snap).keys():
+        return False
+    return a.io is not None and a.io == b.io
+
+
+def _span_start(history: Sequence[Look], keys: Sequence[tuple[int, int]]) -> int:
+    """Index of the earliest look from which, to the last, the tree did not change and every
+    candidate sat in the same idle wait with the same syscall and arguments."""
+    last = history[-1]
+    now = _threads(last.snap)
+    start = len(history) - 1
+    for i in range(len(history) - 2, -1, -1):
+        look, later = history[i], history[i + 1]
+        if later.snap.t - look.snap.t > MAX_GAP_S or not _same_tree(look, last):
+            break
+        then = _threads(look.snap)
+        same = all(
+            look.waits.get(k) is not None
+            and look.waits[k].idle
+            and (then[k].state, then[k].syscall, then[k].syscall_args)
+            == (now[k].state, now[k].syscall, now[k].syscall_args)
+            for k in keys
+        )
+        if not same:
+            break
+        start = i
+    return start
+
+
+def _wakes(first: ThreadSample, last: ThreadSample) -> int:
+    if first.runs is None or last.runs is None:
+        return 0
+    return last.runs - first.runs
+
+
+def _why(wait: Wait, first: ThreadSample, last: ThreadSample, span: float, looks: int) -> str:
+    cpu = max(0.0, last.cpu_time - first.cpu_time)
+    wakes = _wakes(first, last)
+    woke = f"woke {wakes} times, every ~{span / wakes:.2f}s"
+    return (
+        f"housekeeping: {wait.what}; the same syscall and arguments at {looks} looks over "
+        f"{span:.1f}s, {woke}, {cpu:.2f}s of CPU; no process started or exited, "
+        "no byte read or written by the tree"
+    )
+
+
+def housekeepers(history: Sequence[Look]) -> dict[tuple[int, int], str]:
+    """The threads of the last look that are housekeeping, each with why; {} unless the
+    rest of the tree waits on the tree (at least one thread) or is done."""
+    if not history:
+        return {}
+    last = history[-1]
+    if last.io is None:
+        return {}
+    kinds = [w.kind for w in last.waits.values()]
+    if WaitKind.TREE not in kinds:
+        return {}  # only housekeeping and sleepers: idle, not deadlocked
+    keys = [k for k, w in last.waits.items() if w.idle and w.kind == WaitKind.TIMED]
+    others = [w for k, w in last.waits.items() if k not in keys]
+    if not keys or not all(w.kind in (WaitKind.TREE, WaitKind.DONE) for w in others):
+        return {}
+    start = _span_start(history, keys)
+    first = history[start]
+    span, looks = last.snap.t - first.snap.t, len(history) - start
+    if span < SPAN_S - 1e-6 or looks < LOOKS:
+        return {}
+    before, now = _threads(first.snap), _threads(last.snap)
+    found: dict[tuple[int, int], str] = {}
+    for k in keys:
+        if _wakes(before[k], now[k]) < MIN_WAKES:
+            continue  # one long sleep (a task's time.sleep) is not housekeeping
+        if now[k].cpu_time - before[k].cpu_time <= max(CPU_TICK, CPU_SHARE * span) + 1e-9:
+            found[k] = _why(last.waits[k], before[k], now[k], span, looks)
+    return found

@@ -1,0 +1,229 @@
+"""Reads from /proc the facts the quiescence rule needs beyond the threads themselves
+(`fdwaits.TreeFacts`, docs/quiescence.md): the fd a read or write waits on, the fds a
+poll/select/epoll watches (its pollfd array or fd sets, read from /proc/PID/mem; an epoll
+instance's fds from /proc/PID/fdinfo), which processes hold each end of those pipes in the
+tree and outside it, the tree's end of a loopback TCP connection, timer signals, and each
+process's I/O counters. Read only when the threads alone say the tree may be blocked.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable, Sequence
+
+from harness.execute.fdwaits import POLLIN, POLLOUT, POLLPRI, TreeFacts, pipe_inode, socket_inode
+from harness.execute.syscalls import SyscallTable
+from harness.sampling import procfs
+from harness.sampling.model import Snapshot
+
+MAX_POLL_FDS = 1024  # a poll over more fds is not looked into (OUTSIDE)
+
+
+def read_mem(pid: int, address: int, size: int) -> bytes | None:
+    """`size` bytes of `pid`'s memory (same user, or a descendant where ptrace is scoped)."""
+    if not address or size <= 0:
+        return None
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = os.pread(fd, size, address)
+    except (OSError, OverflowError):
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) == size else None
+
+
+def _fd_set(pid: int, address: int, nfds: int, events: int) -> list[tuple[int, int]] | None:
+    if not address:
+        return []
+    data = read_mem(pid, address, (nfds + 63) // 64 * 8)
+    if data is None:
+        return None
+    bits = int.from_bytes(data, "little")
+    return [(fd, events) for fd in range(nfds) if bits >> fd & 1]
+
+
+def epoll_fds(pid: int, epfd: int) -> list[tuple[int, int]] | None:
+    """(fd, events) an epoll instance watches (fdinfo `tfd:` lines), None if unreadable."""
+    text = procfs.read_proc(f"/proc/{pid}/fdinfo/{epfd}", 65536)
+    if text is None:
+        return None
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[0] == "tfd:" and parts[2] == "events:":
+            out.append((int(parts[1]), int(parts[3], 16)))
+    return out
+
+
+def polled_fds(pid: int, name: str, args: Sequence[int]) -> list[tuple[int, int]] | None:
+    """(fd, events) a poll, select or epoll in this syscall waits on; None when unreadable."""
+    if name in ("poll", "ppoll"):
+        nfds = args[1]
+        if nfds > MAX_POLL_FDS:
+            return None
+        data = read_mem(pid, args[0], nfds * 8) if nfds else b""
+        if data is None:
+            return None
+        fds = struct.unpack(f"<{'ihh' * nfds}", data)
+        return [(fds[i], fds[i + 1]) for i in range(0, len(fds), 3) if fds[i] >= 0]
+    if name in ("select", "pselect6"):
+        nfds = args[0]
+        if nfds > MAX_POLL_FDS:
+            return None
+        out: list[tuple[int, int]] = []
+        for address, events in ((args[1], POLLIN), (args[2], POLLOUT), (args[3], POLLPRI)):
+            found = _fd_set(pid, address, nfds, events)
+            if found is None:
+                return None
+            out += found
+        return out
+    if name.startswith("epoll"):
+        return epoll_fds(pid, args[0] & 0xFFFFFFFF)
+    return None
+
+
+def _tcp_table(pid: int) -> dict[int, tuple[str, str, str]]:
+    """Socket inode → (local, remote, state) of the process's network namespace."""
+    out = {}
+    for table in ("tcp", "tcp6"):
+        text = procfs.read_proc(f"/proc/{pid}/net/{table}", 1 << 22) or ""
+        for line in text.splitlines()[1:]:
+            f = line.split()
+            if len(f) >= 10 and f[9].isdigit():
+                out[int(f[9])] = (f[1], f[2], f[3])
+    return out
+
+
+def _holders(pids: Iterable[int], targets: set[str]) -> dict[str, list[int]]:
+    found: dict[str, list[int]] = {t: [] for t in targets}
+    for pid in pids:
+        try:
+            names = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for name in names:
+            t = procfs.fd_target(pid, int(name)) if name.isdigit() else None
+            if t in found and pid not in found[t]:
+                found[t].append(pid)
+    return found
+
+
+class FactReader:
+    """Reads TreeFacts for one snapshot; the scan of processes outside the tree (for pipe
+    and socket holders) is done once per quiet run, the tree not moving meanwhile."""
+
+    def __init__(self) -> None:
+        self._outside: dict[int, tuple[list[int], list[int]]] | None = None  # pipe → (w, r)
+        self._outside_sockets: dict[str, list[int]] | None = None
+
+    def reset(self) -> None:
+        self._outside = None
+        self._outside_sockets = None
+
+    def read(
+        self,
+        snap: Snapshot,
+        table: SyscallTable | None,
+        fds: Sequence[tuple[int, int]],
+        polls: Sequence[tuple[int, int]],
+        compat: set[int],
+    ) -> TreeFacts:
+        facts = TreeFacts(compat=set(compat))
+        tree = [p.pid for p in snap.processes]
+        for pid in tree:
+            why = procfs.timer_wakers(pid)
+            if why:
+                facts.timers[pid] = why
+        wanted = list(fds)
+        threads = {(p.pid, t.tid): t for p in snap.processes for t in p.threads}
+        for pid, tid in polls:
+            th = threads.get((pid, tid))
+            if th is None or table is None or not th.syscall.isdigit():
+                continue
+            watched = polled_fds(pid, table.name(int(th.syscall)), th.syscall_args)
+            if watched is not None:
+                facts.polled[(pid, tid)] = watched
+                wanted += [(pid, fd) for fd, _ in watched]
+        for pid, fd in wanted:
+            target = procfs.fd_target(pid, fd)
+            if target is not None:
+                facts.fds[(pid, fd)] = target
+                if procfs.fd_writable(pid, fd):
+                    facts.writable.add((pid, fd))
+        targets = set(facts.fds.values())
+        inodes = {ino for t in targets if (ino := pipe_inode(t)) is not None}
+        if inodes:
+            for pid in tree:
+                written, read = procfs.pipe_holders(pid, inodes)
+                for ino in written:
+                    facts.writers.setdefault(ino, []).append(pid)
+                for ino in read:
+                    facts.readers.setdefault(ino, []).append(pid)
+            for ino, (w, r) in self._outside_pipes(inodes, set(tree)).items():
+                if w:
+                    facts.outside_writers[ino] = w
+                if r:
+                    facts.outside_readers[ino] = r
+        sockets = {ino for t in targets if (ino := socket_inode(t)) is not None}
+        if sockets:
+            facts.socket_peers = self._socket_peers(sockets, tree)
+        return facts
+
+    def _outside_pipes(
+        self, inodes: set[int], tree: set[int]
+    ) -> dict[int, tuple[list[int], list[int]]]:
+        if self._outside is None or not inodes <= self._outside.keys():
+            found: dict[int, tuple[list[int], list[int]]] = {ino: ([], []) for ino in inodes}
+            for pid in procfs.all_pids():
+                if pid not in tree:
+                    written, read = procfs.pipe_holders(pid, inodes)
+                    for ino in written:
+                        found[ino][0].append(pid)
+                    for ino in read:
+                        found[ino][1].append(pid)
+            self._outside = {**(self._outside or {}), **found}
+        return {ino: self._outside[ino] for ino in inodes}
+
+    def _socket_peers(self, sockets: set[int], tree: list[int]) -> dict[int, list[int]]:
+        """Socket inode → tree pids holding its peer, for connected loopback TCP sockets
+        whose peer is held by the tree and by no process outside it."""
+        conns = _tcp_table(tree[0]) if tree else {}
+        by_addr = {(loc, rem): ino for ino, (loc, rem, st) in conns.items() if st == "01"}
+        peer_of: dict[int, str] = {}
+        for ino in sockets:
+            loc, rem, state = conns.get(ino, ("", "", ""))
+            other = by_addr.get((rem, loc)) if state == "01" else None
+            if other is not None:
+                peer_of[ino] = f"socket:[{other}]"
+        if not peer_of:
+            return {}
+        inside = _holders(tree, set(peer_of.values()))
+        wanted = set(peer_of.values())
+        if self._outside_sockets is None or not wanted <= self._outside_sockets.keys():
+            others = [p for p in procfs.all_pids() if p not in set(tree)]
+            self._outside_sockets = {**(self._outside_sockets or {}), **_holders(others, wanted)}
+        out = {}
+        for ino, peer in peer_of.items():
+            if inside[peer] and not self._outside_sockets.get(peer):
+                out[ino] = inside[peer]
+        return out
+
+
+def process_io(pids: Iterable[int]) -> dict[int, tuple[int, int]] | None:
+    """pid → (rchar, wchar) from /proc/PID/io; None when any cannot be read."""
+    out = {}
+    for pid in pids:
+        text = procfs.read_proc(f"/proc/{pid}/io")
+        if text is None:
+            return None
+        fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+        try:
+            out[pid] = (int(fields["rchar"]), int(fields["wchar"]))
+        except (KeyError, ValueError):
+            return None
+    return out
