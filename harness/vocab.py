@@ -22,6 +22,8 @@ class Mechanism(StrEnum):
     SPIN = "spin"  # a thread burns CPU while the others wait
     EXIT_BLOCKED = "exit-blocked"  # the main thread finished, others keep the process alive
     STOPPED = "stopped"  # SIGSTOPped / traced
+    # every live thread only sleeps on a timer (nanosleep, a timed wait): no waker is needed
+    IDLE = "idle"
 
 
 class Trigger(StrEnum):

@@ -8,18 +8,17 @@ Stack patterns are data (harness/data/signatures.toml for runtimes, the pin's
 from __future__ import annotations
 
 import signal
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field
-from pathlib import Path
 
 from harness import outcome
+from harness.analysis import location as locating
 from harness.analysis.causes import Cause
 from harness.config.signatures import Signatures
 from harness.execute.watchdog import Trigger
 from harness.outcome import Kind
 from harness.process.signals import signal_name
-from harness.sampling.model import Frame, SampleSet, ThreadStack, spinning
+from harness.sampling.model import Frame, SampleSet, ThreadStack
 from harness.source.blame import HangBlame
 from harness.vocab import Mechanism, WaitKind
 
@@ -80,93 +79,15 @@ class Verdict:
 
 # ---------------------------------------------------------------- stacks
 
-
-def _frame_text(frame: Frame) -> str:
-    where = (frame.file or frame.module or "").rsplit("/", 1)[-1]
-    if where and frame.line:
-        where = f"{where}:{frame.line}"
-    return f"{frame.function} ({where})" if where else frame.function
-
-
-@dataclass
-class ThreadView:
-    """One thread as the classifier sees it: activity across snapshots plus its stack."""
-
-    pid: int
-    tid: int
-    name: str
-    states: list[str]
-    cpu_fraction: float
-    wchan: str
-    stack: ThreadStack | None
-
-    @property
-    def is_main(self) -> bool:
-        return self.pid == self.tid
-
-    @property
-    def busy(self) -> bool:
-        return spinning(self.states, self.cpu_fraction)
-
-    @property
-    def last_state(self) -> str:
-        return self.states[-1] if self.states else "?"
-
-
-def _views(samples: SampleSet) -> list[ThreadView]:
-    stacks: dict[tuple[int, int], ThreadStack] = {}
-    for st in samples.stacks:
-        # prefer a Python stack for Python threads: it names the user's function
-        key = (st.pid, st.tid)
-        if key not in stacks or st.python:
-            stacks[key] = st
-    views = [
-        ThreadView(
-            a.pid, a.tid, a.name, a.states, a.cpu_fraction, a.wchan, stacks.get((a.pid, a.tid))
-        )
-        for a in samples.activity
-    ]
-    known = {(a.pid, a.tid) for a in samples.activity}
-    for key, st in stacks.items():  # a stack without activity (thread born after snapshots)
-        if key not in known:
-            views.append(ThreadView(st.pid, st.tid, st.name, [], 0.0, "", st))
-    return views
-
-
-@dataclass
-class Located:
-    name: str
-    own_index: int  # index of the located own frame in the stack (innermost = 0)
-    named: bool  # True when a pin signature matched
-
-
-def _locate(stack: ThreadStack, sigs: Signatures) -> Located | None:
-    frames = stack.frames
-    for i, frame in enumerate(frames):  # the innermost frame that a named location matches
-        for sig in sigs.own:
-            if sig.matches(frame):
-                return Located(sig.name, i, True)
-    for i, frame in enumerate(frames):
-        if frame.own and frame.function not in ("??", ""):
-            return Located(frame.function, i, False)
-    return None
-
-
-def _runtime_names(frames: Sequence[Frame], sigs: Signatures) -> list[str]:
-    names: list[str] = []
-    for frame in reversed(frames):  # outermost first: "libgomp team start" before "futex wait"
-        for pat in sigs.runtime:
-            if pat.matches(frame) and pat.name not in names:
-                names.append(pat.name)
-    return names
-
-
-def _is_passive(view: ThreadView, sigs: Signatures) -> bool:
-    if view.stack is None:
-        return view.wchan in ("do_wait", "kernel_wait4")
-    frames = view.stack.frames
-    own = next((i for i, f in enumerate(frames) if f.own), min(len(frames), 6))
-    return any(p.passive and p.matches(f) for f in frames[:own] for p in sigs.runtime)
+# the location's pieces live in analysis/location.py; these names stay importable here
+ThreadView = locating.ThreadView
+_frame_text = locating.frame_text
+_views = locating.views
+_locate = locating.locate
+_runtime_names = locating.runtime_names
+_is_passive = locating.is_passive
+_pick_location = locating.pick_location
+path_in_tree = locating.path_in_tree
 
 
 def _mechanism_hint(view: ThreadView, sigs: Signatures) -> str | None:
@@ -180,6 +101,9 @@ def _mechanism_hint(view: ThreadView, sigs: Signatures) -> str | None:
 
 
 # ---------------------------------------------------------------- hang
+
+# waits that end by themselves (docs/quiescence.md): a tree whose threads only do these is idle
+_ASLEEP = (WaitKind.TIMED, WaitKind.HOUSEKEEPING)
 
 
 def _mechanism(
@@ -217,6 +141,18 @@ def _mechanism(
     if busy:
         pct = ", ".join(f"tid {v.tid} {v.cpu_fraction:.0%}" for v in busy)
         return Mechanism.SPIN, busy, f"busy threads with no progress: {pct}"
+    live = [v for v in views if v.states and v.last_state not in "ZX"]
+    asleep = [v for v in live if v.wait is not None and v.wait.kind in _ASLEEP]
+    if asleep and all(v in asleep or _is_passive(v, sigs) for v in live):
+        # no waker needed: every thread wakes by itself and sleeps again (a sleep, a timed
+        # wait in a loop), or only waits for such a thread (a join): no deadlock
+        what = "; ".join(sorted({v.wait.what for v in asleep if v.wait is not None})[:4])
+        return (
+            Mechanism.IDLE,
+            asleep,
+            f"every thread only sleeps on a timer, or waits for one that does, with no CPU "
+            f"({what})",
+        )
     active = [v for v in views if not _is_passive(v, sigs)] or views
     return (
         Mechanism.DEADLOCK,
@@ -236,21 +172,6 @@ def _thread_line(v: ThreadView, sigs: Signatures) -> str:
     return line
 
 
-def _pick_location(
-    culprits: list[ThreadView], sigs: Signatures
-) -> tuple[Located, ThreadView] | None:
-    found = [(loc, v) for v in culprits if v.stack and (loc := _locate(v.stack, sigs))]
-    if not found:
-        return None
-    named = [(loc, v) for loc, v in found if loc.named]
-    if named:
-        order = {sig.name: i for i, sig in enumerate(sigs.own)}
-        return min(named, key=lambda lv: (order.get(lv[0].name, 99), not lv[1].is_main))
-    common = Counter(loc.name for loc, _ in found).most_common(1)[0][0]
-    candidates = [(loc, v) for loc, v in found if loc.name == common]
-    return min(candidates, key=lambda lv: not lv[1].is_main)
-
-
 def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> Verdict:
     evidence = [reason]
     if samples is None or not samples.activity:
@@ -260,6 +181,10 @@ def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> V
     mechanism, culprits, why = _mechanism(views, sigs)
     evidence.append(f"mechanism {mechanism}: {why}")
     picked = _pick_location(culprits, sigs)
+    if picked is None and mechanism is not Mechanism.SPIN:
+        # the stuck threads run no code of the program, and some thread only waits for
+        # another (Popen.wait, Pool.map): where the wait-for chain ends
+        picked = locating.at_chain_end(views, samples, sigs, evidence)
     if picked is None and mechanism is Mechanism.SPIN:
         # the busy threads run no code of the program (an OpenMP pool spinning in its
         # runtime, OMP_WAIT_POLICY=active): the hang is where the program itself is stuck
@@ -286,6 +211,24 @@ def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> V
             f"location {location} on pid {view.pid} tid {view.tid} ('{view.name}'), "
             f"from {view.stack.source}: " + " → ".join(frames)
         )
+        native = locating.native_under(view, samples)
+        if native:  # a Python location: what its thread does natively, innermost first
+            runtime += [n for n in _runtime_names(native, sigs) if n not in runtime]
+            evidence.append(
+                f"native frames of tid {view.tid}: "
+                + " ← ".join(f.function for f in native[: locating.NATIVE_SHOWN])
+            )
+        region = locating.openmp_region(native)
+        if region is not None:  # the Python line only called into an OpenMP region
+            location = native[region].function
+            frames = [_frame_text(f) for f in reversed(native[: region + 1])]
+            runtime = _runtime_names(native[:region], sigs)
+            if "futex" in view.wchan and "futex wait" not in runtime:
+                runtime.append(f"futex wait (wchan {view.wchan})")
+            evidence.append(
+                f"location {location}: the OpenMP region that {loc.name} entered in native "
+                "code, where its thread waits at the team's barrier"
+            )
     else:
         evidence.append(
             "location unknown: no stack of the stuck threads names a function of the program"
@@ -320,9 +263,13 @@ def classify_quiescent(samples: SampleSet | None, reason: str, sigs: Signatures)
             if old
             else "hang (deadlock): " + reason
         )
-    waits = [w for w in samples.waits if w.kind is WaitKind.TREE] if samples is not None else []
+    all_waits = samples.waits if samples is not None else []
+    waits = [w for w in all_waits if w.kind is WaitKind.TREE]
+    # the threads the rule excused, and why (docs/quiescence.md, housekeeping)
+    excused = [w for w in all_waits if w.kind is WaitKind.HOUSEKEEPING]
     verdict.evidence[1:1] = [
-        f"pid {w.pid} tid {w.tid} waits on the tree: {w.what}" for w in waits[:12]
+        *(f"pid {w.pid} tid {w.tid} waits on the tree: {w.what}" for w in waits[:12]),
+        *(f"pid {w.pid} tid {w.tid} not counted: {w.what}" for w in excused[:12]),
     ]
     return verdict
 
@@ -388,22 +335,5 @@ def classify(
 
 
 def located_frame(verdict: Verdict, samples: SampleSet | None) -> tuple[ThreadStack, Frame] | None:
-    """The stack and the own frame the verdict's location names, with a file and line
-    (OpenMP outlined copies such as env_start._omp_fn.0 count as the function)."""
-    if not verdict.location or samples is None:
-        return None
-    for stack in samples.stacks:
-        for frame in stack.frames:
-            name = frame.function.split("._omp_fn", 1)[0]
-            if frame.own and name == verdict.location and frame.file and frame.line:
-                return stack, frame
-    return None
-
-
-def path_in_tree(file: str, tree: Path) -> Path | None:
-    """A frame's file relative to the build tree, or None when it lies outside: DWARF names
-    files as the compiler saw them, absolute or relative to the tree it ran in."""
-    path = Path(file)
-    if not path.is_absolute():
-        return path
-    return path.relative_to(tree) if path.is_relative_to(tree) else None
+    """The stack and the own frame the verdict's location names, with a file and line."""
+    return locating.located_frame(verdict.location, samples)

@@ -4,10 +4,10 @@ OpenMP pragma above it (source/blame.py)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from harness.analysis import causes as causesmod
+from harness.analysis import waitchain
 from harness.analysis.classify import located_frame, path_in_tree
 from harness.config.defaults import compare_baseline
 from harness.config.pin import Pin
@@ -59,29 +59,17 @@ def diagnose(
         _blame(report, pin, checkout, commit)
 
 
-_CHILD = re.compile(r"wait4 for child (\d+)")
-
-
 def _waits_for(report: Report) -> str:
-    """Who waits for whom along the tree, ending at the located (stuck) process."""
+    """Who waits for whom, from the outermost waiter to where the chain ends
+    (analysis/waitchain.py): `pid 100 waits for child pid 101 in Popen.wait; pid 101 blocks
+    writing stdout (pipe:[9]), read only by pid 100: located in chatter`."""
     v, s = report.verdict, report.samples
     if v is None or s is None or v.kind is not Kind.HANG:
         return ""
-    waits = {w.pid: int(m[1]) for w in s.waits if w.tid == w.pid and (m := _CHILD.search(w.what))}
-    found = located_frame(v, s)
-    stuck = found[0].pid if found is not None else None
-    if not waits:
+    chain = waitchain.follow(s)
+    if chain is None or not chain.links:
         return ""
-    parts = []
-    pid = next((p for p in waits if p not in waits.values()), next(iter(waits)))
-    seen = set()
-    while pid in waits and pid not in seen:
-        seen.add(pid)
-        child = waits[pid]
-        parts.append(f"pid {pid} waits for child pid {child}")
-        pid = child
-    tail = f", which is blocked in {v.location}" if stuck == pid and v.location else ""
-    return ", ".join(parts) + tail
+    return chain.text(v.location if waitchain.ends_in(chain, s, v.location) else None)
 
 
 def _blame(report: Report, pin: Pin | None, checkout: Path | None, commit: str | None) -> None:
