@@ -141,8 +141,10 @@ def _backticked(text: str) -> list[str]:
 
 
 def cause_ids(root: Path) -> list[str]:
-    data = tomllib.loads((root / CAUSES_TOML).read_text())
-    return [str(c["id"]) for c in data["causes"]]
+    """The shipped causes: causes.toml, then causes/*.toml (config.causes reads the same)."""
+    first = root / CAUSES_TOML
+    files = [first, *sorted((first.parent / "causes").glob("*.toml"))]
+    return [str(c["id"]) for f in files for c in tomllib.loads(f.read_text())["causes"]]
 
 
 def cause_gaps(root: Path) -> list[Gap]:

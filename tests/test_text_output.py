@@ -81,6 +81,7 @@ def test_next_commands_name_the_harness_as_it_was_started(
     assert invoked_as(str(venv / "harness")) == ".venv/bin/harness"  # shown relative
     assert invoked_as("/elsewhere/harness") == "/elsewhere/harness"
     assert invoked_as("/x/harness/__main__.py").endswith("python -m harness")
+    assert invoked_as("/x/pytest/__main__.py") == "harness"  # not run as the harness at all
     # on PATH, the plain name
     monkeypatch.setenv("PATH", f"{venv}:/usr/bin:/bin")
     assert invoked_as(str(venv / "harness")) == "harness"

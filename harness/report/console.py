@@ -25,7 +25,7 @@ def invoked_as(argv0: str | None = None) -> str:
     is what the shell finds, else the path it was started by (`.venv/bin/harness` after
     setup.sh, which puts nothing on PATH), or `python -m harness`."""
     argv0 = sys.argv[0] if argv0 is None else argv0
-    if not argv0 or Path(argv0).name == "__main__.py":
+    if Path(argv0).name == "__main__.py" and Path(argv0).parent.name == "harness":
         return f"{_short(sys.executable)} -m harness"
     if Path(argv0).name != "harness":
         return "harness"
