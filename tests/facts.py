@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 from typing import NoReturn
@@ -96,12 +97,16 @@ def missing(what: str, why: str) -> NoReturn:
 
 def require_tool(*names: str, why: str) -> str:
     """The path of the first of `names` the harness finds (on PATH; py-spy also in the
-    venv's bin), a tool or its other names (chromium, chromium-browser); else missing."""
+    venv's bin), or that setup.sh installed into the venv's bin (mpiexec, from the mpich
+    wheel), a tool or its other names (chromium, chromium-browser); else missing."""
     for name in names:
         found = find_tool(name)
+        beside = Path(sys.executable).parent / name
+        if not found and os.access(beside, os.X_OK):
+            found = str(beside)
         if found:
             return found
-    missing(f"{' or '.join(names)} (not on PATH)", why)
+    missing(f"{' or '.join(names)} (not on PATH, nor in {Path(sys.executable).parent})", why)
 
 
 def require_module(name: str, why: str) -> None:
