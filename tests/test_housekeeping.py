@@ -7,11 +7,16 @@ run several times."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from harness.execute.watchloop import WatchLoop
 from tests.harness_cli import HarnessResult, harness, tree_is_gone
 
 WINDOWS = ["--startup", "60", "--stall", "60", "--timeout", "90", "--quiescent", "2"]
@@ -41,9 +46,9 @@ t1, t2 = threading.Thread(target=one), threading.Thread(target=two)
 t1.start(); t2.start(); t1.join(); t2.join()
 """
 
-# CPython's Pool.map never returns when a worker is SIGKILLed (the OOM killer's shape). Not
-# yet early under the harness: its worker handler is seen in restart_syscall (an interrupted
-# poll), whose timeout /proc does not show (docs/quiescence.md, blind spots)
+# CPython's Pool.map never returns when a worker is SIGKILLed (the OOM killer's shape). Its
+# worker handler polls the sentinels with no timeout; the stack dump's attach interrupts that
+# poll, which resumes as restart_syscall: judged as the poll continued (docs/quiescence.md)
 POOL_LOST_WORKER = """
 import multiprocessing as mp, os, signal, time
 def f(x):
@@ -139,6 +144,81 @@ def test_real_hangs_get_the_early_verdict(tmp_path: Path, code: str, housekeepin
     for w in hk:  # the evidence names the syscall, the period seen and the CPU
         assert "every ~0.1" in w["what"] and "s of CPU" in w["what"], w
         assert any(f"tid {w['tid']} not counted" in n for n in report["samples"]["notes"])
+
+
+# a thread in poll(-1) on a pipe only the tree writes, while the main thread joins it: the
+# Pool worker handler's shape, in one process
+POLL_FOREVER = """
+import os, select, threading
+r, w = os.pipe()
+def handler():
+    p = select.poll()
+    p.register(r, select.POLLIN)
+    p.poll()
+t = threading.Thread(target=handler)
+t.start()
+print("ready", flush=True)
+t.join()
+"""
+
+
+def _until_state(pid: int, tid: int, state: str) -> None:
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == state:
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"tid {tid} never reached state {state}")
+
+
+def _quiet_loop(root: subprocess.Popen[bytes], start: float) -> WatchLoop:
+    loop = WatchLoop(root.pid, start)
+    while loop.quiet_since is None or time.monotonic() - loop.quiet_since < 1.0:
+        assert time.monotonic() - start < 15, [w.what for w, _ in loop._waits]
+        loop.tick(time.monotonic())
+        time.sleep(0.05)
+    return loop
+
+
+@pytest.mark.timeout(60)
+def test_an_interrupted_poll_resumed_by_restart_syscall_is_still_on_the_tree() -> None:
+    # a real stop and continue interrupts the poll, as a tracer's attach does: the kernel
+    # resumes it as restart_syscall with the poll's own arguments
+    root = subprocess.Popen([sys.executable, "-c", POLL_FOREVER], stdout=subprocess.PIPE)
+    start = time.monotonic()
+    try:
+        assert root.stdout is not None and root.stdout.readline() == b"ready\n"
+        loop = _quiet_loop(root, start)
+        tid = next(int(t) for t in os.listdir(f"/proc/{root.pid}/task") if int(t) != root.pid)
+        os.kill(root.pid, signal.SIGSTOP)
+        _until_state(root.pid, tid, "T")  # a SIGCONT sent before the stop cancels it
+        os.kill(root.pid, signal.SIGCONT)
+        _until_state(root.pid, tid, "S")
+        with open(f"/proc/{root.pid}/task/{tid}/syscall") as f:
+            assert f.read().split()[0] == "219" or os.uname().machine != "x86_64"  # restarted
+        assert loop.confirm() is None  # the poll continued: nothing moved
+        loop.tick(time.monotonic() + 1)
+        waits = {w.tid: w for w, _ in loop._waits}
+        assert waits[tid].kind == "tree" and "restart_syscall" in waits[tid].what, waits
+        assert loop.quiet_since is not None
+    finally:
+        root.kill()
+        root.wait()
+    loop.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_pool_that_lost_a_worker_gets_the_early_verdict(tmp_path: Path) -> None:
+    res = watch(tmp_path, POOL_LOST_WORKER)
+    report = res.report
+    assert (report["trigger"], report["verdict"]["mechanism"]) == ("quiescent", "deadlock")
+    assert report["timings"]["run_s"] < 20, report["timings"]  # not the 60 s stall window
+    notes = report["samples"]["notes"]
+    assert not any("not confirmed" in n for n in notes), notes  # the dump's restart forgiven
+    polls = [w for w in report["samples"]["waits"] if w["what"].startswith("poll (no timeout)")]
+    assert polls and all(w["kind"] == "tree" for w in polls), report["samples"]["waits"]
 
 
 @pytest.mark.slow

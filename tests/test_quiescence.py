@@ -599,3 +599,83 @@ def test_a_thread_that_did_real_work_in_between_is_not_housekeeping() -> None:
     snaps, io = hk_run()
     facts = [q.TreeFacts(timers={10: "catches SIGALRM"})] * len(snaps)
     assert q.quiet_since(snaps, X86, facts, None, io) is None
+
+
+# ---------------------------------------------------------------- restarted syscalls
+
+RESTART = 219  # restart_syscall on x86_64
+POLL_WCHAN = "poll_schedule_timeout.constprop.0"
+
+
+def poller(
+    tid: int, nr: int = POLL, timeout: int = 0xFFFFFFFF, wchan: str = POLL_WCHAN
+) -> ThreadSample:
+    """multiprocessing.Pool's worker handler: poll(sentinels + change notifier, -1); after a
+    tracer's attach (the harness's own stack dump) it shows restart_syscall with the same
+    argument registers and wchan (seen on Linux 6.x: tests/test_housekeeping.py)."""
+    t = th(tid, nr=nr, args=(0x7F00, 2, timeout, 0, 0, 0))
+    t.wchan = wchan
+    return t
+
+
+def handler_facts() -> q.TreeFacts:
+    fds = {(10, 4): "pipe:[701]", (10, 6): "pipe:[702]"}
+    facts = poll_facts([(4, 1), (6, 1)], fds=fds, writers={701: [11], 702: [10]})
+    facts.polled[(10, 12)] = facts.polled.pop((10, 10))
+    return facts
+
+
+def test_a_restarted_poll_seen_before_is_that_poll_continued() -> None:
+    calls: q.Calls = {}
+    first = snap(0, proc(10, 1, th(10), poller(12)))
+    judged, calls, restarted = q.continued(first, X86, calls)
+    assert judged is first and not restarted and calls[(10, 12)][0] == str(POLL)
+    later = snap(0.25, proc(10, 1, th(10), poller(12, nr=RESTART)))
+    judged, calls, restarted = q.continued(later, X86, calls)
+    assert restarted == {(10, 12)}
+    assert judged.processes[0].threads[1].syscall == str(POLL)  # judged as the poll
+    assert later.processes[0].threads[1].syscall == str(RESTART)  # the snapshot is untouched
+    waits = q.tree_waits(judged, X86, handler_facts(), restarted)
+    w = dict(((tw.tid, tw) for tw, _ in waits))[12]
+    assert w.kind == q.TREE and "restart_syscall" in w.what and w.on == "pipe:[701],pipe:[702]"
+    # and the memory holds while it stays restarted
+    _, calls, restarted = q.continued(later, X86, calls)
+    assert restarted == {(10, 12)}
+
+
+def test_a_tree_blocked_on_a_restarted_poll_stays_quiescent() -> None:
+    # the poll, then restart_syscall from the dump's attach: nothing moved, still blocked
+    snaps = [
+        snap(i * 0.25, proc(10, 1, th(10), poller(12, nr=POLL if i < 3 else RESTART)))
+        for i in range(8)
+    ]
+    facts = [handler_facts()] * len(snaps)
+    assert q.quiet_since(snaps, X86, facts) == 0.0
+    # without the memory (first seen restarted) it is a timed wait: not quiescent
+    assert q.quiet_since(snaps[3:], X86, facts[3:]) is None
+
+
+def test_a_restart_that_is_not_the_same_call_is_judged_as_restart_syscall() -> None:
+    untimed = proc(10, 1, th(10), poller(12))
+
+    def after(t: ThreadSample) -> q.Wait:
+        _, calls, _ = q.continued(snap(0, untimed), X86, {})
+        judged, _, restarted = q.continued(snap(0.25, proc(10, 1, th(10), t)), X86, calls)
+        waits = q.tree_waits(judged, X86, handler_facts(), restarted)
+        return dict(((tw.tid, w) for tw, w in waits))[12]
+
+    # other arguments (a poll with a 100 ms timeout between the looks), another wchan (a
+    # nanosleep interrupted), or a thread not in S: restart_syscall, timed, never the tree
+    for t in (poller(12, RESTART, timeout=100), poller(12, RESTART, wchan="hrtimer_nanosleep")):
+        w = after(t)
+        assert (w.kind, w.idle) == (q.TIMED, True) and "restart_syscall" in w.what
+    assert after(poller(12, RESTART)).kind == q.TREE  # the same: continued
+    # a timed poll continued stays timed (a housekeeping candidate)
+    _, calls, _ = q.continued(snap(0, proc(10, 1, th(10), poller(12, timeout=100))), X86, {})
+    judged, _, restarted = q.continued(
+        snap(0.25, proc(10, 1, th(10), poller(12, RESTART, timeout=100))), X86, calls
+    )
+    w = dict(((tw.tid, w) for tw, w in q.tree_waits(judged, X86, handler_facts(), restarted)))[12]
+    assert (w.kind, w.idle, restarted) == (q.TIMED, True, {(10, 12)})
+    # an unknown architecture remembers nothing
+    assert q.continued(snap(0, untimed), None, {})[1] == {}

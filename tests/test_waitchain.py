@@ -101,11 +101,174 @@ def test_waiters_are_named_by_the_call_the_program_made() -> None:
     assert (
         waitchain.waiter(ThreadStack(1, 1, "m", reader, StackToolName.PY_SPY, True), None) is None
     )
+    # a native wait under glibc's internal name (eu-stack: __GI___wait4), the C replica's
+    # parent: before, only a bare `__wait4` was a waiter and its `waits` line was empty
+    for name, call in (
+        ("__GI___wait4", "wait4"),
+        ("__wait4", "wait4"),
+        ("__libc_waitpid", "waitpid"),
+    ):
+        native = [Frame(name, "libc.so.6"), Frame("container_entry", "puffer", own=True)]
+        w = waitchain.waiter(ThreadStack(1, 1, "m", native, StackToolName.EU_STACK), None)
+        assert w is not None and (w.waits_for, w.call) == (waitchain.For.CHILD, call), name
+    joined = [Frame("__pthread_clockjoin_ex", "libc.so.6"), Frame("main", "p", own=True)]
+    w = waitchain.waiter(ThreadStack(1, 1, "m", joined, StackToolName.EU_STACK), None)
+    assert w is not None and w.waits_for is waitchain.For.THREAD
     # os.waitpid leaves no Python frame of its own: the wait4 says it
     bare = ThreadStack(1, 1, "m", [Frame("main", file=PROG, own=True)], StackToolName.PY_SPY, True)
     wait = ThreadWait(1, 1, WaitKind.TREE, "wait4 for child 7 (in the tree)")
     w = waitchain.waiter(bare, wait)
     assert w is not None and (w.call, w.child) == ("os.waitpid", 7)
+
+
+MP = "/usr/lib/python3.11/multiprocessing/process.py"
+FUT = "/usr/lib/python3.11/concurrent/futures/_base.py"
+THR = "/usr/lib/python3.11/threading.py"
+
+
+def _thread(tid: int) -> ThreadSample:
+    return ThreadSample(tid, "python", "S", "futex_do_wait", "202", 0.1)
+
+
+def _set(procs: dict[tuple[int, int], list[int]], stacks: list[ThreadStack]) -> SampleSet:
+    """Samples of a tree at rest: (pid, ppid) → tids, every thread asleep in a futex."""
+    snap = Snapshot(
+        1.0,
+        [
+            ProcessSample(pid, ppid, "python", "", [], "sleeping", True, [_thread(t) for t in tids])
+            for (pid, ppid), tids in procs.items()
+        ],
+    )
+    activity = [
+        ThreadActivity(pid, t, "python", ["S"] * 3, 0.0, "futex_do_wait", "202")
+        for (pid, _), tids in procs.items()
+        for t in tids
+    ]
+    return SampleSet([snap], activity, stacks, {}, [], 1.0)
+
+
+def test_a_result_nothing_is_left_to_produce_ends_the_chain_at_its_waiter() -> None:
+    """fork-threadpool: the fork()ed child waits in Future.result with no other thread and
+    no child; before, the chain stopped there with no end and the location fell back to the
+    parent's `<module>` at Process.join."""
+    parent = [
+        Frame("Popen.poll", file="/usr/lib/python3.11/multiprocessing/popen_fork.py"),
+        Frame("Popen.wait", file="/usr/lib/python3.11/multiprocessing/popen_fork.py"),
+        Frame("BaseProcess.join", file=MP),
+        Frame("<module>", file=PROG, line=35, own=True),
+    ]
+    worker = [Frame("_worker", file="/usr/lib/python3.11/concurrent/futures/thread.py")]
+    child = [
+        Frame("Condition.wait", file=THR, line=327),
+        Frame("Future.result", file=FUT, line=451),
+        Frame("child", file=PROG, line=26, own=True),
+        Frame("BaseProcess.run", file=MP),
+        Frame("BaseProcess._bootstrap", file=MP),
+        Frame("<module>", file=PROG, line=35, own=True),  # the parent's, inherited by fork
+    ]
+    s = _set(
+        {(100, 1): [100, 102], (101, 100): [101]},
+        [
+            ThreadStack(100, 100, "MainThread", parent, StackToolName.PY_SPY, python=True),
+            ThreadStack(100, 102, "worker", worker, StackToolName.PY_SPY, python=True),
+            ThreadStack(101, 101, "MainThread", child, StackToolName.PY_SPY, python=True),
+        ],
+    )
+    s.waits = [ThreadWait(100, 100, WaitKind.TREE, "wait4 for child 101 (in the tree)")]
+    v = classify.classify_hang(s, "no progress", SIGS)
+    assert (v.location, v.location_frames[0]) == ("child", "child (prog.py:26)"), v.evidence
+    chain = waitchain.follow(s)
+    assert chain is not None and (chain.end, chain.stranded) == ((101, 101), True)
+    assert chain.text(v.location) == (
+        "pid 100 waits for child pid 101 in Process.join; pid 101 waits for a result in "
+        "Future.result; pid 101 has no other thread and no child process to produce it: "
+        "located in child"
+    )
+    # a result waiter that has a thread to produce it is not stranded
+    s.stacks.append(ThreadStack(101, 103, "w", worker, StackToolName.PY_SPY, python=True))
+    s.snapshots[0].processes[1].threads.append(_thread(103))
+    chain = waitchain.follow(s)
+    assert chain is not None and (chain.end, chain.stranded) == ((101, 103), False)
+
+
+LIBGOMP = "/venv/lib/python3.11/site-packages/scikit_learn.libs/libgomp-e985bcbb.so.1.0.0"
+LLOYD = "/venv/lib/python3.11/site-packages/sklearn/cluster/_k_means_lloyd.cpython-311.so"
+REGION = "__pyx_pf_7sklearn_7cluster_14_k_means_lloyd_6lloyd_iter_chunked_dense._omp_fn.0"
+
+
+def _extension_in_openmp(native: list[Frame]) -> SampleSet:
+    py = [
+        Frame("_kmeans_single_lloyd", file="/venv/sklearn/cluster/_kmeans.py", line=706),
+        Frame("KMeans.fit", file="/venv/sklearn/cluster/_kmeans.py", line=1515),
+        Frame("cluster", file=PROG, line=26, own=True),
+        Frame("BaseProcess.run", file=MP),
+        Frame("BaseProcess._bootstrap", file=MP),
+    ]
+    tail = [Frame("_PyEval_EvalFrameDefault"), Frame("Py_RunMain")]
+    return _set(
+        {(101, 100): [101]},
+        [
+            ThreadStack(101, 101, "MainThread", py, StackToolName.PY_SPY, python=True),
+            ThreadStack(101, 101, "python", native + tail, StackToolName.EU_STACK),
+        ],
+    )
+
+
+def test_a_python_frame_over_an_openmp_region_is_located_in_the_region() -> None:
+    """sklearn-kmeans-fork: the child's KMeans waits at its region's barrier in a wheel's
+    renamed libgomp (Frame.runtime "libgomp"); before, the location was `cluster`."""
+    native = [
+        Frame("gomp_team_barrier_wait_end", LIBGOMP, runtime="libgomp"),
+        Frame(REGION, LLOYD),
+        Frame("GOMP_parallel", LIBGOMP, runtime="libgomp"),
+        Frame("__pyx_pw_7sklearn_7cluster_14_k_means_lloyd_7lloyd_iter_chunked_dense", LLOYD),
+    ]
+    v = classify.classify_hang(_extension_in_openmp(native), "no progress", SIGS)
+    assert v.location == REGION, v.evidence
+    assert v.location_frames == [
+        f"{REGION} (_k_means_lloyd.cpython-311.so)",
+        "gomp_team_barrier_wait_end (libgomp-e985bcbb.so.1.0.0)",
+    ]
+    assert v.runtime[0] == "libgomp barrier"
+    assert any("the OpenMP region that cluster entered" in e for e in v.evidence)
+    # an outlined function with no OpenMP runtime under it is no region the thread waits in
+    v = classify.classify_hang(_extension_in_openmp(native[1:]), "no progress", SIGS)
+    assert v.location == "cluster"
+    # torch's at::parallel_for ends its region inline (no outlined frame on the stack): the
+    # Python frame stays the location (torch-omp-fork)
+    torch = [
+        Frame("gomp_team_barrier_wait_end", "/venv/torch/lib/libgomp.so.1", runtime="libgomp"),
+        Frame("gomp_team_end", "/venv/torch/lib/libgomp.so.1", runtime="libgomp"),
+        Frame("at::TensorIteratorBase::for_each", "/venv/torch/lib/libtorch_cpu.so"),
+    ]
+    assert classify.classify_hang(_extension_in_openmp(torch), "x", SIGS).location == "cluster"
+
+
+def test_a_function_of_the_program_says_more_than_a_scripts_top_level() -> None:
+    """logging-dictconfig: two threads in a lock-order cycle, the main one at the script's
+    top level; before, `<module>` won the tie."""
+    top = [Frame("<module>", file=PROG, line=41, own=True)]
+    emit = [
+        Frame("_acquireLock", file="/usr/lib/python3.11/logging/__init__.py", line=235),
+        Frame("AuditHandler.emit", file=PROG, line=30, own=True),
+        Frame("Thread.run", file=THR),
+    ]
+    s = _set(
+        {(100, 1): [100, 101]},
+        [
+            ThreadStack(100, 100, "MainThread", top, StackToolName.PY_SPY, python=True),
+            ThreadStack(100, 101, "emitter", emit, StackToolName.PY_SPY, python=True),
+        ],
+    )
+    v = classify.classify_hang(s, "no progress", SIGS)
+    assert (v.location, v.location_frames[-1]) == (
+        "AuditHandler.emit",
+        "_acquireLock (__init__.py:235)",
+    )
+    # alone, a top level is still a location
+    s.stacks.pop()
+    s.activity.pop()
+    assert classify.classify_hang(s, "x", SIGS).location == "<module>"
 
 
 # ---------------------------------------------------------------- real programs
@@ -156,3 +319,33 @@ def test_pool_map_on_a_killed_worker_stays_with_the_caller_and_says_why(
     assert (v["kind"], v["location"]) == ("hang", "main"), v["summary"]
     assert re.search(r"waits for a result in Pool\.map; pid \d+, its child, was ", v["waits_for"])
     assert any("located at the waiting thread" in e for e in v["evidence"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_an_executor_used_in_a_forked_child_is_located_in_the_child(tmp_path: Path) -> None:
+    res = watch(tmp_path, "wait_fork_executor.py")
+    v = res.report["verdict"]
+    assert (v["kind"], v["location"]) == ("hang", "child"), v["summary"]
+    frames = v["location_frames"]
+    assert frames[0].startswith("child (wait_fork_executor.py:"), frames
+    assert frames[1].startswith("Future.result ("), frames
+    m = re.fullmatch(
+        r"pid (\d+) waits for child pid (\d+) in Process\.join; pid (\d+) waits for a result "
+        r"in Future\.result; pid (\d+) has no other thread and no child process to produce "
+        r"it: located in child",
+        v["waits_for"],
+    )
+    assert m is not None, v["waits_for"]
+    assert m[2] == m[3] == m[4] != m[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_a_lock_order_cycle_is_located_in_the_threads_function(tmp_path: Path) -> None:
+    res = watch(tmp_path, "wait_lock_order.py")
+    v = res.report["verdict"]
+    assert (v["kind"], v["mechanism"], v["location"]) == ("hang", "deadlock", "backwards"), v[
+        "summary"
+    ]
+    assert v["location_frames"][0].startswith("backwards (wait_lock_order.py:")

@@ -51,11 +51,12 @@ class WaitCall:
     files: tuple[str, ...] = ()
 
     def matches(self, frame: Frame) -> bool:
-        if not self.function.fullmatch(frame.function):
-            return False
-        if not self.files:
-            return not (frame.file or "").endswith(".py")
-        return (frame.file or "").endswith(self.files)
+        if not self.files:  # glibc's internal names too: __GI___wait4, __libc_waitpid
+            native = not (frame.file or "").endswith(".py")
+            return native and self.function.fullmatch(_native_name(frame.function)) is not None
+        return bool(self.function.fullmatch(frame.function)) and (frame.file or "").endswith(
+            self.files
+        )
 
 
 _FUTURES = (
@@ -89,8 +90,8 @@ WAIT_CALLS: tuple[WaitCall, ...] = (
         _FUTURES,
     ),
     WaitCall(For.THREAD, re.compile(r"(Thread\.)?(join|_wait_for_tstate_lock)"), ("threading.py",)),
-    WaitCall(For.CHILD, re.compile(r"_*(wait4|waitpid|waitid)")),
-    WaitCall(For.THREAD, re.compile(r"_*pthread_(clock|timed)?join.*")),
+    WaitCall(For.CHILD, re.compile(r"wait4|waitpid|waitid")),
+    WaitCall(For.THREAD, re.compile(r"pthread_(clock|timed)?join.*")),
 )
 _CHILD_WAIT = re.compile(r"^(?:wait4|waitid) for (?:child (\d+)|any child)")
 _IO = re.compile(r"^(write|writev|read|readv)\b")

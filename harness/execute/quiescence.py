@@ -12,6 +12,7 @@ the tree not quiescent.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 from harness.execute.fdwaits import POLLS, TreeFacts, Wait, poll_wait, rw_wait
 from harness.execute.housekeeping import Look, housekeepers
@@ -22,6 +23,7 @@ from harness.vocab import WaitKind
 __all__ = [
     "AARCH64",
     "X86_64",
+    "Calls",
     "SyscallTable",
     "TreeFacts",
     "Wait",
@@ -134,8 +136,8 @@ def thread_wait(
         return Wait(TREE, "futex_waitv, no timeout")
     if name in ("nanosleep", "clock_nanosleep"):
         return Wait(TIMED, name, idle=True)
-    if name == "restart_syscall":
-        return Wait(TIMED, "restart_syscall (an interrupted timed wait)", idle=True)
+    if name == "restart_syscall":  # not seen before the interruption (`continued`)
+        return Wait(TIMED, "restart_syscall (an interrupted wait, not seen before)", idle=True)
     if name in ("wait4", "waitid"):
         return _wait_child(name, args, proc, snap)
     if name in ("read", "readv", "write", "writev"):
@@ -145,18 +147,74 @@ def thread_wait(
     return Wait(OUTSIDE, name)  # recv, accept, pause, sigwait, ...
 
 
+# ---------------------------------------------------------------- restarted syscalls
+
+# A syscall interrupted by a signal or a stop (a tracer's attach: the harness's own stack
+# dump, py-spy, gdb) with no handler to run resumes as restart_syscall when it keeps its
+# state in the kernel's restart block: poll (timed or not), a timed futex wait, a relative
+# nanosleep. /proc then shows restart_syscall, but the argument registers are those of the
+# original call, untouched (the kernel only rewinds the instruction pointer and sets the
+# syscall number), and the thread sleeps in the same kernel function (wchan).
+Calls = dict[tuple[int, int], tuple[str, tuple[int, ...], str]]  # (pid, tid) → (nr, args, wchan)
+RESTARTED = "continued by restart_syscall after an interruption (same arguments, same wchan)"
+
+
+def continued(
+    snap: Snapshot, table: SyscallTable | None, calls: Calls
+) -> tuple[Snapshot, Calls, set[tuple[int, int]]]:
+    """The snapshot as the rule judges it, the calls to remember for the next look, and the
+    threads judged as continued: a thread in restart_syscall whose previous look showed
+    another syscall with the same six arguments and the same wchan is that syscall,
+    continued (a poll with no timeout stays one); otherwise restart_syscall is judged as
+    such (timed: its timeout is not shown). `calls`: each thread's last syscall seen that
+    was not restart_syscall, with its arguments and wchan."""
+    if table is None:
+        return snap, {}, set()
+    memory: Calls = {}
+    restarted: set[tuple[int, int]] = set()
+    procs = []
+    for proc in snap.processes:
+        threads = []
+        for th in proc.threads:
+            key = (proc.pid, th.tid)
+            if th.state != "S" or not th.syscall.isdigit() or len(th.syscall_args) < 6:
+                threads.append(th)
+                continue
+            args = tuple(th.syscall_args)
+            if table.name(int(th.syscall)) != "restart_syscall":
+                memory[key] = (th.syscall, args, th.wchan)
+                threads.append(th)
+                continue
+            seen = calls.get(key)
+            if seen is not None and seen[1:] == (args, th.wchan):
+                memory[key] = seen
+                restarted.add(key)
+                th = replace(th, syscall=seen[0])
+            threads.append(th)
+        procs.append(replace(proc, threads=threads))
+    if not restarted:
+        return snap, memory, restarted
+    return replace(snap, processes=procs), memory, restarted
+
+
 # ---------------------------------------------------------------- the tree
 
 
 def tree_waits(
-    snap: Snapshot, table: SyscallTable | None, facts: TreeFacts | None = None
+    snap: Snapshot,
+    table: SyscallTable | None,
+    facts: TreeFacts | None = None,
+    restarted: Collection[tuple[int, int]] = (),
 ) -> list[tuple[ThreadWait, Wait]]:
-    """Every thread of the snapshot with what it waits on."""
+    """Every thread of the snapshot with what it waits on (`restarted`: the threads
+    `continued` judged as the syscall they were seen in before restart_syscall)."""
     out = []
     for proc in snap.processes:
         timer = facts.timers.get(proc.pid, "") if facts is not None else ""
         for th in proc.threads:
             w = thread_wait(snap, proc, th, table, facts)
+            if (proc.pid, th.tid) in restarted:
+                w = replace(w, what=f"{w.what}; {RESTARTED}")
             if w.kind == TREE and timer:  # a timer signal may end the wait
                 w = Wait(TIMED, f"{w.what}, but the process {timer}", on=w.on, peers=w.peers)
             tw = ThreadWait(proc.pid, th.tid, w.kind, w.what, w.on, list(w.peers))
@@ -262,10 +320,11 @@ def judge(
     facts: TreeFacts | None,
     history: Sequence[Look] = (),
     io: dict[int, tuple[int, int]] | None = None,
+    restarted: Collection[tuple[int, int]] = (),
 ) -> tuple[list[tuple[ThreadWait, Wait]], Look]:
     """One snapshot's waits by the whole rule, housekeeping included (`history`: the earlier
     looks, oldest first), and the look to append to the history."""
-    waits = tree_waits(snap, table, facts)
+    waits = tree_waits(snap, table, facts, restarted)
     look = Look(snap, {(tw.pid, tw.tid): w for tw, w in waits}, io)
     found = housekeepers([*history, look])
     return (mark_housekeeping(waits, found) if found else waits), look
@@ -283,9 +342,11 @@ def quiet_since(
     since: float | None = None
     prev: Snapshot | None = None
     history: list[Look] = []
-    for i, snap in enumerate(snapshots):
+    calls: Calls = {}
+    for i, raw in enumerate(snapshots):
         f = facts[i] if facts is not None else None
-        waits, look = judge(snap, table, f, history, io[i] if io is not None else None)
+        snap, calls, restarted = continued(raw, table, calls)
+        waits, look = judge(snap, table, f, history, io[i] if io is not None else None, restarted)
         history.append(look)
         hk = [(tw.pid, tw.tid) for tw, _ in waits if tw.kind == HOUSEKEEPING]
         since = advance(since, prev, snap, is_blocked(waits), output_at, hk)

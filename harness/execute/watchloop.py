@@ -26,10 +26,12 @@ import psutil
 from harness.execute.housekeeping import Look
 from harness.execute.quiescence import (
     HOUSEKEEPING,
+    Calls,
     SyscallTable,
     TreeFacts,
     Wait,
     advance,
+    continued,
     is_blocked,
     judge,
     needs_facts,
@@ -131,6 +133,10 @@ class WatchLoop:
         self._next = launched_at
         self._since: float | None = None  # start of the quiet run, seconds since launch
         self._waits: list[tuple[ThreadWait, Wait]] = []
+        # each thread's last syscall before a restart_syscall, and the last snapshot as the
+        # rule judged it (restarted syscalls continued: quiescence.continued)
+        self._calls: Calls = {}
+        self._judged: Snapshot | None = None
         self._looks: deque[Look] = deque(maxlen=RECENT_SNAPSHOTS)  # for housekeeping
         self._facts = FactReader()
         self._no_children_file = False
@@ -158,8 +164,9 @@ class WatchLoop:
         cpu0 = time.thread_time()
         now = time.monotonic() if now is None else now
         snap = Snapshot(t=round(now - self.launched_at, 3), processes=self._walk(now))
-        prev = self.recent[-1][0] if self.recent else None
-        quiet = self._judge(snap, prev, output_at)
+        judged, self._calls, restarted = continued(snap, self.table, self._calls)
+        quiet = self._judge(judged, self._judged, output_at, restarted)
+        self._judged = judged
         self.recent.append((snap, self._point(snap, quiet)))
         self._keep_history(self.recent[-1][1])
         self.snapshots += 1
@@ -194,19 +201,22 @@ class WatchLoop:
     def confirm(self) -> str | None:
         """After the stack dump: None when the tree is still exactly as quiescent as before
         it (a tracer's attach forgiven), else why not."""
-        if not self.recent:
+        before = self._judged
+        if before is None:
             return "no snapshot to compare with"
-        before = self.recent[-1][0]
         why = "not checked"
         for attempt in range(CONFIRM_TRIES):
             if attempt:
                 time.sleep(0.05)
-            snap = Snapshot(
+            raw = Snapshot(
                 round(time.monotonic() - self.launched_at, 3), self._walk(time.monotonic())
             )
+            # the dump's tracer interrupted the waits: a poll resumes as restart_syscall
+            snap, _, restarted = continued(raw, self.table, self._calls)
             self._facts.reset()  # look at outside holders afresh
             self._read_runs(snap)  # housekeeping is judged by its wake-ups, here too
-            waits, _ = self._judge_facts(snap, tree_waits(snap, self.table), list(self._looks))
+            first = tree_waits(snap, self.table, restarted=restarted)
+            waits, _ = self._judge_facts(snap, first, list(self._looks), restarted)
             if not is_blocked(waits):
                 busy = [tw for tw, w in waits if w.kind not in ("tree", "done", "housekeeping")]
                 why = f"tid {busy[0].tid}: {busy[0].what}" if busy else "no live thread"
@@ -356,14 +366,20 @@ class WatchLoop:
 
     # ------------------------------------------------------------ judging
 
-    def _judge(self, snap: Snapshot, prev: Snapshot | None, output_at: float | None) -> bool:
+    def _judge(
+        self,
+        snap: Snapshot,
+        prev: Snapshot | None,
+        output_at: float | None,
+        restarted: set[tuple[int, int]],
+    ) -> bool:
         if self.table is None:
             return False
-        waits = tree_waits(snap, self.table)
+        waits = tree_waits(snap, self.table, restarted=restarted)
         look = Look(snap, {(tw.pid, tw.tid): w for tw, w in waits})
         if self.judging and needs_facts(waits):
             self._read_runs(snap)
-            waits, look = self._judge_facts(snap, waits, list(self._looks))
+            waits, look = self._judge_facts(snap, waits, list(self._looks), restarted)
         self._waits = waits
         self._looks.append(look)
         if not self.judging:
@@ -382,7 +398,11 @@ class WatchLoop:
                 th.runs = procfs.thread_runs(proc.pid, th.tid, self.files)
 
     def _judge_facts(
-        self, snap: Snapshot, first: list[tuple[ThreadWait, Wait]], history: list[Look]
+        self,
+        snap: Snapshot,
+        first: list[tuple[ThreadWait, Wait]],
+        history: list[Look],
+        restarted: set[tuple[int, int]],
     ) -> tuple[list[tuple[ThreadWait, Wait]], Look]:
         """The waits by the whole rule: the facts of the fds, timers and I/O read."""
         compat = {p.pid for p in snap.processes if (k := self._known.get(p.pid)) and k.bits32}
@@ -390,7 +410,7 @@ class WatchLoop:
             snap, self.table, pending_fds(first), pending_polls(first), compat
         )
         live = [p.pid for p in snap.processes if any(t.state not in "ZX" for t in p.threads)]
-        return judge(snap, self.table, facts, history, process_io(live))
+        return judge(snap, self.table, facts, history, process_io(live), restarted)
 
     # ------------------------------------------------------------ the timeline
 
