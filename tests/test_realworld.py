@@ -74,6 +74,9 @@ def test_corpus_case(case: Case, tmp_path: Path) -> None:
     assert res.code == outcome.exit_code(want.verdict)
     assert (report["trigger"] == Trigger.QUIESCENT) == want.early
     assert re.search(want.location, verdict["location"] or ""), verdict["location_frames"]
+    if want.frame:
+        frames = verdict["location_frames"] or [""]
+        assert re.search(want.frame, frames[0]), frames
     assert first_cause(verdict) == want.cause, [c["sentence"] for c in verdict["causes"]]
     # one cause per finding: no second rule claims the same hang (one per process, say)
     assert [c["id"] for c in verdict["causes"]] == [want.cause], verdict["causes"]

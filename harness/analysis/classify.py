@@ -226,8 +226,8 @@ def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> V
             if "futex" in view.wchan and "futex wait" not in runtime:
                 runtime.append(f"futex wait (wchan {view.wchan})")
             evidence.append(
-                f"location {location}: the OpenMP region that {loc.name} entered in native "
-                "code, where its thread waits at the team's barrier"
+                f"located in the OpenMP region {location}, which {loc.name} entered in native "
+                "code: its thread waits there at the team's barrier"
             )
     else:
         evidence.append(

@@ -8,6 +8,12 @@ hang sits while another thread can be located: the location is where the wait-fo
 ends, with that thread's Python and native frames. Only when the chain ends at a process
 that is gone (a killed pool worker), or nothing at its end runs code of the program or a
 Python library, is the waiter itself the location, and the evidence says why.
+
+Two Python refinements: a script's top level (`<module>`) names a file, not a function, so
+among stuck threads one that stands in a function of the program names the hang (the
+handler's `emit` of a lock-order cycle); and a Python line that called into a native
+extension now waiting in an OpenMP region (`…_omp_fn.0` over the runtime's barrier, in a
+wheel's renamed libgomp too) is located in that region, its Python frames in the evidence.
 """
 
 from __future__ import annotations
@@ -191,6 +197,18 @@ def at_chain_end(
             why = "nothing runs code of the program"
         evidence.append(f"located at the waiting thread: the wait-for chain ends where {why}")
     return picked
+
+
+def ends_in(chain: waitchain.Chain, samples: SampleSet, location: str | None) -> bool:
+    """The located function is on the stack of the thread the chain ends at."""
+    if chain.end is None or not location:
+        return False
+    return any(
+        f.function == location
+        for st in samples.stacks
+        if (st.pid, st.tid) == chain.end
+        for f in st.frames
+    )
 
 
 NATIVE_SHOWN = 6  # native frames of a Python location named in the evidence

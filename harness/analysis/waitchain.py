@@ -4,14 +4,17 @@ the report's `waits` line.
 
 A thread is a *waiter* when the call its program made is only a wait: `Popen.wait`,
 `Process.join`, `os.waitpid` (a `wait4`/`waitid` by /proc), `Pool.map` and
-`AsyncResult.get`, `Future.result`, `Thread.join`, or natively `waitpid`/`pthread_join`.
+`AsyncResult.get`, `Future.result`, `Thread.join`, or natively `waitpid`/`pthread_join`
+(under glibc's internal names too: `__GI___wait4`).
 What it waits for comes from what the watch loop saw (`SampleSet.waits`: "child:PID", the
 pipe and its peers) and the process tree (snapshots, births and exits):
 
 - a child wait: the child (the pid of `wait4`, else every child of the process);
 - a result wait: the process's other threads and its descendants (a pool's workers, the
   executor's threads); a child that died of a signal meanwhile (a killed pool worker) is
-  where such a chain ends when no live thread runs the program's code;
+  where such a chain ends when no live thread runs the program's code; with no other
+  thread and no child at all (an executor inherited by a fork()ed child) the chain ends
+  at the waiter itself: nothing is left to produce its result;
 - a thread join: the process's other threads.
 
 The chain follows waiters until it reaches a thread that is not one, preferring, among
@@ -368,18 +371,6 @@ def _waits_for_chain(end: tuple[int, int], chain: Chain, tree: _Tree) -> bool:
         return False
     m = _IO.match(wait.what)
     return m is not None and m[1].startswith("read") and set(wait.peers) <= set(chain.pids)
-
-
-def ends_in(chain: Chain, samples: SampleSet, location: str | None) -> bool:
-    """The located function is on the stack of the thread the chain ends at."""
-    if chain.end is None or not location:
-        return False
-    return any(
-        f.function == location
-        for st in samples.stacks
-        if (st.pid, st.tid) == chain.end
-        for f in st.frames
-    )
 
 
 def _best(live: list[tuple[int, int]], chain: Chain, tree: _Tree) -> tuple[int, int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.analysis import causes as causesmod
-from harness.analysis import waitchain
+from harness.analysis import location, waitchain
 from harness.analysis.classify import located_frame, path_in_tree
 from harness.config.defaults import compare_baseline
 from harness.config.pin import Pin
@@ -69,7 +69,7 @@ def _waits_for(report: Report) -> str:
     chain = waitchain.follow(s)
     if chain is None or not chain.links:
         return ""
-    return chain.text(v.location if waitchain.ends_in(chain, s, v.location) else None)
+    return chain.text(v.location if location.ends_in(chain, s, v.location) else None)
 
 
 def _blame(report: Report, pin: Pin | None, checkout: Path | None, commit: str | None) -> None:

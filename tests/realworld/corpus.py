@@ -23,6 +23,9 @@ class Expect:
     location: str  # a regex searched in verdict.location
     cause: str
     pending: str  # "" once the harness delivers all of it
+    # a regex searched in the located frame (verdict.location_frames[0]), when the location
+    # alone cannot tell the processes apart (a parent's and a child's `<module>`)
+    frame: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ def _expect(raw: dict[str, object]) -> Expect:
         location=str(raw["location"]),
         cause=str(raw["cause"]),
         pending=str(raw.get("pending", "")),
+        frame=str(raw.get("frame", "")),
     )
 
 
