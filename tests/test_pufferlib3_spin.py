@@ -32,6 +32,7 @@ def test_stuck_final_evaluation_is_a_spin_located_by_py_spy(tmp_path: Path, buil
         "--timeout",
         "180",
         report_root=tmp_path,
+        env={"OMP_NUM_THREADS": "1"},  # one thread: the trainer would take both cores
         timeout=300,
     )
     report = res.report

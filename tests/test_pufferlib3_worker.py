@@ -49,8 +49,15 @@ def test_dead_worker_leaves_main_spinning_in_recv(tmp_path: Path, built: None) -
         str(tmp_path),
         "--json",
     ]
+    # one OpenMP/torch thread per process: the trainer otherwise takes both cores and fights
+    # the other test workers for them
     proc = subprocess.Popen(
-        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
+        argv,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     try:
         worker = _wait_for_worker(proc, tmp_path, frames=1, timeout=180)
