@@ -3,7 +3,7 @@ always killed (whole process group) when a test ends, however it ends.
 
 Also the suite's rules: a test that needs a tool setup.sh installs skips locally but fails
 under CI when the tool is missing (`needs_tool` marker, `facts.require_tool`), and the
-suite runs on three xdist workers (pyproject's addopts), longest modules first."""
+suite runs on four xdist workers (pyproject's addopts), longest modules first."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ _build = _load_build()
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
-    # pyproject's addopts name xdist's options (-n 3 --dist loadfile --no-loadscope-reorder);
+    # pyproject's addopts name xdist's options (-n 4 --dist loadfile --no-loadscope-reorder);
     # with xdist disabled (`-p no:xdist`) or not installed they are accepted and ignored, so
     # the suite runs serially
     if pluginmanager.has_plugin("xdist"):
@@ -58,7 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
     no `__pycache__` is ever written and every `harness` subprocess recompiles its ~100
     modules, 0.6 s of CPU each time. The suite drops the variable for itself and its children
     (xdist workers inherit it: they start after this hook) and compiles the package once, in
-    the controller, so that three workers do not race to write the same files."""
+    the controller, so that the workers do not race to write the same files."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
     if not hasattr(config, "workerinput"):
@@ -81,7 +81,7 @@ _WEIGHT = {"real": 100, "slow": 10}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest modules first, so that on three workers (`--dist loadfile`: a module stays on
+    """Longest modules first, so that on four workers (`--dist loadfile`: a module stays on
     one worker, sharing its module-scoped build cache) the last module to start is short.
     The order is the same on every worker (xdist requires it): a stable sort."""
 
