@@ -117,6 +117,10 @@ class ThreadWait:
     # the tree pids at the other end: the writers a read waits for, the readers a write
     # waits for, the child a wait4 waits for; [] when none or not known
     peers: list[int] = field(default_factory=list)
+    # the thread only sleeps on a timer of its own (a sleep, a naturally timed wait), as
+    # opposed to a wait made timed by a timer the process may get (SIGALRM, POSIX timers):
+    # the `idle` mechanism counts only these
+    idle: bool = False
 
 
 @dataclass
