@@ -106,6 +106,17 @@ def _mechanism_hint(view: ThreadView, sigs: Signatures) -> str | None:
 _ASLEEP = (WaitKind.TIMED, WaitKind.HOUSEKEEPING)
 
 
+def _asleep(view: ThreadView) -> bool:
+    """The thread sleeps on a timer of its own. A TIMED wait counts only when the watch loop
+    marked it idle: quiescence also calls a futex or wait4 TIMED when the process merely
+    catches SIGALRM or has POSIX timers (a timer *may* end it), and a deadlock in such a
+    process is no idle program. A HOUSEKEEPING wait was an idle timed one by construction."""
+    wait = view.wait
+    if wait is None or wait.kind not in _ASLEEP:
+        return False
+    return wait.idle or wait.kind is WaitKind.HOUSEKEEPING
+
+
 def _mechanism(
     views: list[ThreadView], sigs: Signatures
 ) -> tuple[Mechanism, list[ThreadView], str]:
@@ -142,7 +153,7 @@ def _mechanism(
         pct = ", ".join(f"tid {v.tid} {v.cpu_fraction:.0%}" for v in busy)
         return Mechanism.SPIN, busy, f"busy threads with no progress: {pct}"
     live = [v for v in views if v.states and v.last_state not in "ZX"]
-    asleep = [v for v in live if v.wait is not None and v.wait.kind in _ASLEEP]
+    asleep = [v for v in live if _asleep(v)]
     if asleep and all(v in asleep or _is_passive(v, sigs) for v in live):
         # no waker needed: every thread wakes by itself and sleeps again (a sleep, a timed
         # wait in a loop), or only waits for such a thread (a join): no deadlock

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from harness.analysis.detectors.pystacks import pool_worker_pids
 from harness.sampling.model import Frame, SampleSet, ThreadStack, ThreadWait
 from harness.vocab import EventKind, WaitKind
 
@@ -355,12 +356,21 @@ def _runs_own(tree: _Tree, key: tuple[int, int]) -> bool:
 
 
 def _dead_child(w: Waiter, tree: _Tree) -> Dead | None:
-    """A process below the waiter that died of a signal or exited with a failure."""
+    """A process below the waiter that died of a signal or exited with a failure, or a
+    worker of a process pool that ended unseen. A pool reaps its dead worker itself, so the
+    harness sees it gone, status unknown; any other child gone without a seen status (an
+    earlier subprocess.run, reaped by its caller) most likely ended normally: no death."""
     below = set(tree.descendants(w.pid)) | {e.pid for e in tree.samples.events if e.ppid == w.pid}
+    workers: dict[int, set[int]] = {}  # pool owner → the pids seen as its pool's workers
     for e in tree.samples.events:
-        # a pool reaps its dead worker itself: the harness sees it gone, status unknown
-        failed = e.signal is not None or e.exit_code != 0 or not e.status_known
-        if e.event is EventKind.EXIT and e.pid in below and failed:
+        if e.event is not EventKind.EXIT or e.pid not in below:
+            continue
+        failed = e.signal is not None or e.exit_code not in (None, 0)
+        if not failed and not e.status_known:
+            if e.ppid not in workers:
+                workers[e.ppid] = pool_worker_pids(tree.samples, e.ppid)
+            failed = e.pid in workers[e.ppid]
+        if failed:
             return Dead(e.pid, e.status or "gone", e.t)
     return None
 
@@ -402,7 +412,15 @@ def _doing(end: tuple[int, int], chain: Chain, tree: _Tree) -> str:
         what = f"{what} ({wait.on})" if what != "a pipe" else wait.on
     peers = ", ".join(f"pid {p}" for p in wait.peers)
     side = "read" if verb == "writing" else "written"
-    only = f", {side} only by {peers}" if peers else ""
+    # "only" when the rule saw every other end in the tree: an OUTSIDE wait has one elsewhere
+    if peers and wait.kind is WaitKind.TREE:
+        only = f", {side} only by {peers}"
+    elif peers and wait.kind is WaitKind.OUTSIDE:
+        only = f", {side} by {peers} and outside the tree"
+    elif peers:
+        only = f", {side} by {peers}"
+    else:
+        only = ""
     name = tree.name(*end)
     thread = f" (thread '{name}')" if end[0] != end[1] and name else ""
     return f"blocks {verb} {what}{only}{thread}"

@@ -8,16 +8,21 @@ Pure, over the watch loop's recent looks. Conservative: the thread must be seen 
 timed wait (same syscall, same six arguments) at every look over at least SPAN_S (and
 LOOKS looks), waking at least MIN_WAKES times, with CPU under a small bound, while the
 tree's processes and threads stayed the same and none of its processes read or wrote a
-byte (/proc/PID/io rchar and wchar).
+byte (/proc/PID/io rchar and wchar). A process's main thread is never excused, and every
+excused thread must show only runtime or library frames in the stack dump (`stack_check`):
+a timed wake-up in the program's own loop is the program working (polling for a file, a
+deadline, a flag), not housekeeping.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import re
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from harness.execute.fdwaits import Wait
-from harness.sampling.model import Snapshot, ThreadSample
+from harness.sampling.model import Frame, Snapshot, ThreadSample, ThreadStack
 from harness.vocab import WaitKind
 
 SPAN_S = 5.0  # seen idle at least this long before it is excused
@@ -92,9 +97,20 @@ def _why(wait: Wait, first: ThreadSample, last: ThreadSample, span: float, looks
     )
 
 
-def housekeepers(history: Sequence[Look]) -> dict[tuple[int, int], str]:
+def candidate(key: tuple[int, int], wait: Wait, withdrawn: Collection[tuple[int, int]]) -> bool:
+    """Whether a thread may be excused at all: an idle timed wait, not a process's main
+    thread (the program's own loop runs there: a `for ...: time.sleep(0.1)` in main is the
+    program working), and not a thread the stack dump showed in the program's own code."""
+    pid, tid = key
+    return wait.idle and wait.kind == WaitKind.TIMED and tid != pid and key not in withdrawn
+
+
+def housekeepers(
+    history: Sequence[Look], withdrawn: Collection[tuple[int, int]] = ()
+) -> dict[tuple[int, int], str]:
     """The threads of the last look that are housekeeping, each with why; {} unless the
-    rest of the tree waits on the tree (at least one thread) or is done."""
+    rest of the tree waits on the tree (at least one thread) or is done. `withdrawn`: the
+    threads whose stacks showed the program's own code, never excused again in this run."""
     if not history:
         return {}
     last = history[-1]
@@ -103,7 +119,7 @@ def housekeepers(history: Sequence[Look]) -> dict[tuple[int, int], str]:
     kinds = [w.kind for w in last.waits.values()]
     if WaitKind.TREE not in kinds:
         return {}  # only housekeeping and sleepers: idle, not deadlocked
-    keys = [k for k, w in last.waits.items() if w.idle and w.kind == WaitKind.TIMED]
+    keys = [k for k, w in last.waits.items() if candidate(k, w, withdrawn)]
     others = [w for k, w in last.waits.items() if k not in keys]
     if not keys or not all(w.kind in (WaitKind.TREE, WaitKind.DONE) for w in others):
         return {}
@@ -120,3 +136,49 @@ def housekeepers(history: Sequence[Look]) -> dict[tuple[int, int], str]:
         if now[k].cpu_time - before[k].cpu_time <= max(CPU_TICK, CPU_SHARE * span) + 1e-9:
             found[k] = _why(last.waits[k], before[k], now[k], span, looks)
     return found
+
+
+# ---------------------------------------------------------------- the stack check
+
+# native frames that run Python code: a thread showing one runs the interpreter, and only
+# its Python stack can say whose code that is
+_INTERPRETER = ("_PyEval_", "PyEval_", "_PyObject_Call", "PyObject_Call", "_PyFunction_")
+_INTERPRETER_MODULE = re.compile(r"^(lib)?python\d")
+# Python code with no file: `python -c`, a script on stdin (the program's own code, which
+# `Frame.own` does not mark); exec()'d code is taken as the program's, too
+_NO_FILE = ("<string>", "<stdin>")
+
+
+def _own(frame: Frame, python: bool) -> bool:
+    return frame.own or (python and (frame.file or "") in _NO_FILE)
+
+
+def _interpreter(frame: Frame) -> bool:
+    module = os.path.basename(frame.module or "")
+    return frame.function.startswith(_INTERPRETER) or bool(_INTERPRETER_MODULE.match(module))
+
+
+def _site(frame: Frame) -> str:
+    where = f" at {frame.file}:{frame.line}" if frame.file and frame.line else ""
+    return f"{frame.function}{where}"
+
+
+def stack_check(key: tuple[int, int], stacks: Sequence[ThreadStack], python: bool) -> str | None:
+    """None when an excused thread's stacks at the dump show only runtime and library
+    frames (multiprocessing's handlers, a resource tracker, torch/gloo threads, libgomp):
+    it stays excused. Otherwise why it is withdrawn: a frame of the program's own code
+    (`Frame.own`) in its Python or native stack, no stack of it (no tool, ptrace denied),
+    or, in a Python process, a native stack running the interpreter with no Python stack
+    to say whose code it runs. `python`: the process runs Python."""
+    tid = key[1]
+    mine = [s for s in stacks if (s.pid, s.tid) == key and s.frames]
+    if not mine:
+        return f"tid {tid}: no stack of it was taken, so its code cannot be told from the program's"
+    for st in mine:
+        own = next((f for f in st.frames if _own(f, st.python)), None)
+        if own is not None:
+            return f"tid {tid}: its stack shows the program's own code ({_site(own)})"
+    if python and not any(s.python for s in mine):
+        if any(_interpreter(f) for s in mine for f in s.frames):
+            return f"tid {tid}: it runs Python code and no Python stack of it was taken"
+    return None

@@ -15,7 +15,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from harness.execute.fdwaits import POLLS, TreeFacts, Wait, poll_wait, rw_wait
-from harness.execute.housekeeping import Look, housekeepers
+from harness.execute.housekeeping import Look, candidate, housekeepers
 from harness.execute.syscalls import AARCH64, X86_64, SyscallTable, syscall_name, table_for
 from harness.sampling.model import ProcessSample, Snapshot, ThreadSample, ThreadWait
 from harness.vocab import WaitKind
@@ -137,7 +137,9 @@ def thread_wait(
     if name in ("nanosleep", "clock_nanosleep"):
         return Wait(TIMED, name, idle=True)
     if name == "restart_syscall":  # not seen before the interruption (`continued`)
-        return Wait(TIMED, "restart_syscall (an interrupted wait, not seen before)", idle=True)
+        # timed (its timeout is not shown), but not known to be a timer of its own: it may
+        # continue a poll with no timeout, so neither idle nor a housekeeping candidate
+        return Wait(TIMED, "restart_syscall (an interrupted wait, not seen before)")
     if name in ("wait4", "waitid"):
         return _wait_child(name, args, proc, snap)
     if name in ("read", "readv", "write", "writev"):
@@ -216,8 +218,10 @@ def tree_waits(
             if (proc.pid, th.tid) in restarted:
                 w = replace(w, what=f"{w.what}; {RESTARTED}")
             if w.kind == TREE and timer:  # a timer signal may end the wait
+                # timed, but not asleep on a timer of its own: not idle (neither the `idle`
+                # mechanism nor a housekeeping candidate); a naturally timed wait stays idle
                 w = Wait(TIMED, f"{w.what}, but the process {timer}", on=w.on, peers=w.peers)
-            tw = ThreadWait(proc.pid, th.tid, w.kind, w.what, w.on, list(w.peers))
+            tw = ThreadWait(proc.pid, th.tid, w.kind, w.what, w.on, list(w.peers), w.idle)
             out.append((tw, w))
     return out
 
@@ -229,13 +233,20 @@ def is_blocked(waits: Sequence[tuple[ThreadWait, Wait]]) -> bool:
     return TREE in kinds and all(k in (TREE, DONE, HOUSEKEEPING) for k in kinds)
 
 
-def needs_facts(waits: Sequence[tuple[ThreadWait, Wait]]) -> bool:
+def needs_facts(
+    waits: Sequence[tuple[ThreadWait, Wait]], withdrawn: Collection[tuple[int, int]] = ()
+) -> bool:
     """Nothing but facts stands in the way: every thread waits on the tree, is done, is a
-    housekeeping candidate (`idle`) or waits on fds not looked at yet, and at least one
-    waits on the tree or on such fds. Only then does the watch loop read the facts."""
+    housekeeping candidate (`housekeeping.candidate`: not a main thread, not withdrawn) or
+    waits on fds not looked at yet, and at least one waits on the tree or on such fds. Only
+    then does the watch loop read the facts (a Pool whose workers sleep in their main
+    threads costs no fd scan)."""
     if not any(w.kind == TREE or w.pending for _, w in waits):
         return False
-    return all(w.kind in (TREE, DONE) or w.idle or w.pending for _, w in waits)
+    return all(
+        w.kind in (TREE, DONE) or candidate((tw.pid, tw.tid), w, withdrawn) or w.pending
+        for tw, w in waits
+    )
 
 
 def pending_fds(waits: Sequence[tuple[ThreadWait, Wait]]) -> list[tuple[int, int]]:
@@ -257,7 +268,7 @@ def mark_housekeeping(
         why = found.get((tw.pid, tw.tid))
         if why is not None:
             w = Wait(HOUSEKEEPING, why, on=w.on, peers=w.peers, idle=True)
-            tw = ThreadWait(tw.pid, tw.tid, HOUSEKEEPING, why, w.on, list(w.peers))
+            tw = ThreadWait(tw.pid, tw.tid, HOUSEKEEPING, why, w.on, list(w.peers), True)
         out.append((tw, w))
     return out
 
@@ -321,12 +332,14 @@ def judge(
     history: Sequence[Look] = (),
     io: dict[int, tuple[int, int]] | None = None,
     restarted: Collection[tuple[int, int]] = (),
+    withdrawn: Collection[tuple[int, int]] = (),
 ) -> tuple[list[tuple[ThreadWait, Wait]], Look]:
     """One snapshot's waits by the whole rule, housekeeping included (`history`: the earlier
-    looks, oldest first), and the look to append to the history."""
+    looks, oldest first; `withdrawn`: threads never to excuse), and the look to append to
+    the history."""
     waits = tree_waits(snap, table, facts, restarted)
     look = Look(snap, {(tw.pid, tw.tid): w for tw, w in waits}, io)
-    found = housekeepers([*history, look])
+    found = housekeepers([*history, look], withdrawn)
     return (mark_housekeeping(waits, found) if found else waits), look
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 from collections.abc import Iterable, Sequence
 
 from harness.execute.fdwaits import POLLIN, POLLOUT, POLLPRI, TreeFacts, pipe_inode, socket_inode
@@ -18,6 +19,10 @@ from harness.sampling import procfs
 from harness.sampling.model import Snapshot
 
 MAX_POLL_FDS = 1024  # a poll over more fds is not looked into (OUTSIDE)
+# the scan of every process outside the tree for the tree's pipes and sockets is kept this
+# long at most (and while the tree's processes stay the same): a fresh scan costs a readlink
+# per fd of every process on the host. The confirmation after the stack dump scans afresh.
+OUTSIDE_REFRESH_S = 2.0
 
 
 def read_mem(pid: int, address: int, size: int) -> bytes | None:
@@ -114,16 +119,37 @@ def _holders(pids: Iterable[int], targets: set[str]) -> dict[str, list[int]]:
 
 
 class FactReader:
-    """Reads TreeFacts for one snapshot; the scan of processes outside the tree (for pipe
-    and socket holders) is done once per quiet run, the tree not moving meanwhile."""
+    """Reads TreeFacts for one snapshot. The scan of processes outside the tree (for pipe
+    and socket holders) is kept while the tree's processes stay the same, for at most
+    OUTSIDE_REFRESH_S; a pipe or socket not in it yet is scanned for at once (`reset`:
+    scan afresh at the next read)."""
 
-    def __init__(self) -> None:
+    def __init__(self, refresh_s: float = OUTSIDE_REFRESH_S) -> None:
         self._outside: dict[int, tuple[list[int], list[int]]] | None = None  # pipe → (w, r)
         self._outside_sockets: dict[str, list[int]] | None = None
+        self.refresh_s = refresh_s
+        self._tree: frozenset[int] = frozenset()  # the tree the scan was kept for
+        self._scanned_at: float | None = None  # the oldest scan kept (time.monotonic)
+        self.scans = 0  # scans of the processes outside the tree (for the cost tests)
 
     def reset(self) -> None:
         self._outside = None
         self._outside_sockets = None
+        self._scanned_at = None
+
+    def _expire(self, tree: frozenset[int]) -> None:
+        """Drop the outside scan when the tree's processes changed (a process that left the
+        tree, or one that joined it, moves holders across) or it is too old."""
+        now = time.monotonic()
+        old = self._scanned_at is not None and now - self._scanned_at > self.refresh_s
+        if tree != self._tree or old:
+            self.reset()
+        self._tree = tree
+
+    def _scanned(self) -> None:
+        self.scans += 1
+        if self._scanned_at is None:
+            self._scanned_at = time.monotonic()
 
     def read(
         self,
@@ -135,6 +161,7 @@ class FactReader:
     ) -> TreeFacts:
         facts = TreeFacts(compat=set(compat))
         tree = [p.pid for p in snap.processes]
+        self._expire(frozenset(tree))
         for pid in tree:
             why = procfs.timer_wakers(pid)
             if why:
@@ -179,6 +206,7 @@ class FactReader:
     ) -> dict[int, tuple[list[int], list[int]]]:
         if self._outside is None or not inodes <= self._outside.keys():
             found: dict[int, tuple[list[int], list[int]]] = {ino: ([], []) for ino in inodes}
+            self._scanned()
             for pid in procfs.all_pids():
                 if pid not in tree:
                     written, read = procfs.pipe_holders(pid, inodes)
@@ -205,6 +233,7 @@ class FactReader:
         inside = _holders(tree, set(peer_of.values()))
         wanted = set(peer_of.values())
         if self._outside_sockets is None or not wanted <= self._outside_sockets.keys():
+            self._scanned()
             others = [p for p in procfs.all_pids() if p not in set(tree)]
             self._outside_sockets = {**(self._outside_sockets or {}), **_holders(others, wanted)}
         out = {}

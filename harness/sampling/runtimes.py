@@ -28,7 +28,6 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.hash import ELFHashSection, GNUHashSection
 
-from harness.files import read_text
 from harness.sampling.model import ThreadStack
 
 # canonical runtime names, as Frame.runtime and a signature's `runtimes` spell them
@@ -234,10 +233,40 @@ class Mapped:
     span: str  # "7f00…-7f00…" of its first mapping, its name under /proc/PID/map_files
 
 
+# /proc/PID/maps is read up to this size (~150 000 mappings): a process with millions of
+# them (an allocator gone wild) must not make the sampler read and split hundreds of MiB; a
+# file mapped past the cap is then not identified (its frames keep runtime None)
+MAPS_LIMIT = 16 << 20
+
+
+def read_maps(pid: int, limit: int = MAPS_LIMIT) -> str:
+    """The text of /proc/PID/maps, at most `limit` bytes and whole lines only; "" when
+    unreadable."""
+    try:
+        fd = os.open(f"/proc/{pid}/maps", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        chunks, size = [], 0
+        while size < limit and (chunk := os.read(fd, min(1 << 16, limit - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+        more = size >= limit and bool(os.read(fd, 1))
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if more:  # cut at the cap: drop the line it cut through
+        data = data[: data.rfind(b"\n") + 1]
+    return data.decode("utf-8", "replace")
+
+
 def mapped_files(pid: int) -> dict[str, Mapped]:
-    """The files the process maps, by path (each once); {} when its maps are unreadable."""
+    """The files the process maps, by path (each once); {} when its maps are unreadable.
+    Read up to MAPS_LIMIT (read_maps)."""
     found: dict[str, Mapped] = {}
-    for line in (read_text(f"/proc/{pid}/maps") or "").splitlines():
+    for line in read_maps(pid).splitlines():
         parts = line.split(maxsplit=5)
         if len(parts) < 6 or not parts[5].startswith("/"):
             continue

@@ -31,7 +31,9 @@ _PROGRESS = re.compile(
     r"MPID[IR]?_\w+|MPIR_\w+|MPID_Progress\w*|MPIDI_\w+|opal_progress\w*|ompi_request_\w+"
     r"|mca_pml_\w+|ucp_worker_progress|uct_\w+"
 )
-_MPI_RUNTIMES = ("mpich", "openmpi", "open-mpi", "intel-mpi", "mvapich")
+# the canonical names sampling/runtimes.py gives an MPI library (Intel MPI and MVAPICH are
+# MPICH derivatives: "mpich"; another MPI: "mpi")
+_MPI_RUNTIMES = frozenset({"mpich", "openmpi", "mpi"})
 _SENDS = frozenset({"Send", "Ssend", "Bsend", "Rsend"})
 _RECVS = frozenset({"Recv", "Probe", "Mprobe"})
 

@@ -28,10 +28,21 @@ from harness.vocab import EventKind
 SHUTDOWN_FUNCTIONS = re.compile(r"(_shutdown|_*pthread_join.*|exit|_*run_exit_handlers)")
 
 
+# a multiprocessing child started by spawn or forkserver runs the parent's python binary but
+# exec'd it anew ("-c 'from multiprocessing.spawn import spawn_main; spawn_main(…)'
+# --multiprocessing-fork", or the forkserver's own process): its OpenMP runtime is fresh
+_STARTED_ANEW = re.compile(r"spawn_main|--multiprocessing-fork|forkserver")
+
+
+def _started_anew(cmdline: list[str]) -> bool:
+    return any(_STARTED_ANEW.search(arg) for arg in cmdline)
+
+
 @detector("openmp-after-fork", fields=("child", "child_name", "parent", "team", "runtime"))
 def openmp_after_fork(seen: Inputs, params: NoParams) -> list[Match]:
-    """A child running the parent's executable (fork without exec) stuck in an OpenMP
-    runtime, whose parent ran a team before the fork."""
+    """A child running the parent's executable (fork without exec: not a multiprocessing
+    spawn or forkserver child, which exec'd it afresh) stuck in an OpenMP runtime, whose
+    parent ran a team before the fork."""
     s = seen.samples
     procs = processes(s)
     starts = {e.pid: e.t for e in s.events if e.event is EventKind.START}
@@ -55,6 +66,8 @@ def openmp_after_fork(seen: Inputs, params: NoParams) -> list[Match]:
             continue  # the parent never ran a team (as far as anything shows)
         if child.exe and parent.exe and child.exe != parent.exe:
             continue  # the child exec'd another program: a fresh runtime, no hazard
+        if _started_anew(child.cmdline):
+            continue  # multiprocessing spawn/forkserver: the same python, exec'd afresh
         size = max(len(team) + 1, threads_before)
         evidence = [
             f"pid {child.pid} ({child.name}) is a child of pid {parent.pid} ({parent.name}) "

@@ -18,6 +18,7 @@ from harness.analysis.detectors.pystacks import (
     native_stack,
     pipe_writes,
     pool_caller,
+    pool_worker_pids,
     pool_workers,
     private_futex_wait,
     python_stack,
@@ -71,10 +72,12 @@ def pipe_never_read(seen: Inputs, params: NoParams) -> list[Match]:
             if not waiting or not readers <= {pid for pid, _ in waiting}:
                 continue
         else:
-            # not known: the parent is the reader the child was started for (Popen(stdout=
-            # PIPE)); it must be the one waiting
+            # not known (no watch loop, or it could not resolve the pipe's readers): the
+            # parent is the reader the child was started for (Popen(stdout=PIPE)); it must be
+            # the one waiting, and no sibling may be there to read instead (p1 | p2 started
+            # by Popen, the parent in p1.wait(): p2 holds the read end)
             waiting = [(pid, tid) for pid, tid in waiting if pid == child.ppid]
-            if not waiting:
+            if not waiting or _siblings(procs, child):
                 continue
         parent, tid = waiting[0]
         done.add(w.pid)
@@ -87,6 +90,11 @@ def pipe_never_read(seen: Inputs, params: NoParams) -> list[Match]:
         ]
         if w.readers is not None:
             evidence.append(f"the read end is held only by pid(s) {', '.join(map(str, w.readers))}")
+        else:
+            evidence.append(
+                "the pipe's readers were not resolved (no watch-loop peers): taken to be the "
+                f"parent that started pid {w.pid}, which has no other child that could read it"
+            )
         out.append(
             match(
                 evidence,
@@ -145,6 +153,16 @@ def queue_not_drained(seen: Inputs, params: NoParams) -> list[Match]:
     return out
 
 
+def _siblings(procs: dict[int, ProcessSample], child: ProcessSample) -> list[int]:
+    """The other live children of `child`'s parent: any of them may hold the pipe's read
+    end (a pipeline's next stage)."""
+    return [
+        p.pid
+        for p in procs.values()
+        if p.ppid == child.ppid and p.pid != child.pid and p.status != "zombie"
+    ]
+
+
 def _how(e: ProcessEvent) -> str:
     if e.signal is not None:
         return f"died by {signal_name(e.signal)}"
@@ -167,7 +185,14 @@ def pool_lost_worker(seen: Inputs, params: NoParams) -> list[Match]:
         workers = pool_workers(s, pid)
         busy = [w.pid for w in workers if w.busy]
         idle = [w.pid for w in workers if not w.busy]
-        ended = [e for e in s.events if e.event is EventKind.EXIT and e.ppid == pid]
+        # only pids seen as this pool's workers: another child of the caller that failed or
+        # ended (an earlier subprocess.run, a helper) is not a worker the pool lost
+        seen_workers = pool_worker_pids(s, pid)
+        ended = [
+            e
+            for e in s.events
+            if e.event is EventKind.EXIT and e.ppid == pid and e.pid in seen_workers
+        ]
         died = [e for e in ended if e.status_known and (e.signal is not None or e.exit_code)]
         replaced = [w.pid for w in workers if w.replacement]
         if died:

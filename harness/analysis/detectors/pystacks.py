@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from harness.analysis.detectors.views import processes, stacks_of, top
 from harness.sampling.model import Frame, ProcessSample, SampleSet, ThreadSample, ThreadStack
+from harness.vocab import EventKind
 
 # the Python calls that wait for a child process, and the stdlib file each is in (a function
 # of the program's own with the same name is not one): the outermost one found on a stack
@@ -274,3 +275,28 @@ def pool_workers(s: SampleSet, owner: int) -> list[Worker]:
         idle = i > 0 and main.frames[i - 1].function in _TASK_GETS
         out.append(Worker(proc.pid, not idle, "(_handle_workers)" in main.name))
     return sorted(out, key=lambda w: w.pid)
+
+
+def pool_worker_pids(s: SampleSet, owner: int) -> set[int]:
+    """The pids seen as workers of `owner`'s process pool: its live workers (a worker loop
+    on the main thread's stack), and its children that ended under the same process name
+    as those workers (the owner's own name when none is left): a pool forks or spawns the
+    owner's interpreter, while a child that exec'd another program (an earlier
+    `subprocess.run(["make"])`) ends under that program's name. A child seen live in
+    another role (a resource tracker, a helper) is none."""
+    procs = processes(s)
+    workers = {w.pid for w in pool_workers(s, owner)}
+    names = {procs[p].name for p in workers if p in procs}
+    if not names and owner in procs:
+        names = {procs[owner].name}
+    other = {
+        p.pid
+        for p in procs.values()
+        if p.ppid == owner and p.pid not in workers and p.status != "zombie"
+    }
+    ended = {
+        e.pid
+        for e in s.events
+        if e.event is EventKind.EXIT and e.ppid == owner and e.pid not in other and e.name in names
+    }
+    return workers | ended

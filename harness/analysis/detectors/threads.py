@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import ast
 import functools
-import linecache
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 # mpi tells a thread polling its MPI progress engine (a wait) from a spin
@@ -19,9 +19,11 @@ from harness.sampling.model import (
     BUSY_FRACTION,
     RUNNABLE_FRACTION,
     Frame,
+    SampleSet,
     ThreadStack,
     spinning,
 )
+from harness.vocab import WaitKind
 
 
 @detector("lock-cycle", fields=("pid", "cycle"))
@@ -50,12 +52,20 @@ _LOCK_FRAMES = {
 }
 # the stdlib's waits on a threading.Condition (innermost frame Condition.wait) that count as
 # lock waits: what each waits for, and the call that would end it. A Condition has no
-# owner: only a notify() by another thread ends the wait
+# owner: only a notify() by another thread ends the wait, so these count only while no
+# other thread of the process could make that call (python_locks). Not Queue.get: a
+# consumer idle at an empty queue is how every worker pool waits for work, no lock finding
 _CONDITIONS = {
     "Queue.join": "a queue's unfinished tasks to reach 0 (task_done() ends it)",
-    "Queue.get": "an item in an empty queue (put() ends it)",
     "Queue.put": "room in a full queue (get() ends it)",
 }
+# a thread that used this share of a core between snapshots still runs: it may release a
+# lock or notify (spin-on-blocked-workers calls a thread under it blocked, too)
+_ACTIVE_FRACTION = 0.02
+# waits that end by no act of the process's own (docs/quiescence.md): the thread is stuck
+_STUCK = (WaitKind.TREE, WaitKind.DONE)
+# source files read to name locks and lines: a regular file of at most this size
+_SOURCE_LIMIT = 1 << 20
 # stdlib files whose lock statements are read to tell what their frames hold: logging's
 # locks are the ones public reports deadlock on (CPython #96727); threading/queue frames
 # hold per-call locks (a Condition's waiter) whose names would match across threads
@@ -81,22 +91,69 @@ class _LockWait:
     notify: bool = False  # a Condition wait: ended by a notify, no owner
 
 
-def _tree(path: str) -> ast.Module | None:
+def _version(path: str) -> tuple[int, int] | None:
+    """(mtime, size) of a source file worth reading: a regular file (a frame's file may be
+    /dev/fd/63 or a FIFO now, whose open or read would block) of at most _SOURCE_LIMIT."""
     try:
-        return _parse(path, os.stat(path).st_mtime_ns)
-    except OSError:
+        st = os.stat(path)
+    except (OSError, ValueError):
         return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > _SOURCE_LIMIT:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 @functools.lru_cache(maxsize=64)
-def _parse(path: str, mtime_ns: int) -> ast.Module | None:
-    """The parsed source (cached per version of the file: a report is read again later)."""
+def _source(path: str, version: tuple[int, int]) -> bytes | None:
+    """The file's bytes (cached per version: a report is read again later), None when it is
+    no longer a regular file within the limit. Opened without blocking and checked again on
+    the open file: the path may have changed since the stat."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(2_000_000)  # bounded: a source file, not whatever the path is now
-        return ast.parse(data)
-    except (OSError, SyntaxError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
         return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _SOURCE_LIMIT:
+            return None
+        chunks, size = [], 0
+        while size <= _SOURCE_LIMIT and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            size += len(chunk)
+        return None if size > _SOURCE_LIMIT else b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _tree(path: str) -> ast.Module | None:
+    version = _version(path)
+    return _parse(path, version) if version is not None else None
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(path: str, version: tuple[int, int]) -> ast.Module | None:
+    """The parsed source (cached per version of the file)."""
+    data = _source(path, version)
+    if data is None:
+        return None
+    try:
+        return ast.parse(data)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def source_line(path: str, line: int) -> str:
+    """Line `line` of a source file as written; "" when the file is not a regular one
+    within the size limit, or has no such line (the stdlib's line cache would open any
+    path, a FIFO too, and read all of it)."""
+    version = _version(path) if path and line > 0 else None
+    data = _source(path, version) if version is not None else None
+    if data is None:
+        return ""
+    lines = data.decode("utf-8", "replace").splitlines()
+    return lines[line - 1] if line <= len(lines) else ""
 
 
 def _function_at(tree: ast.Module, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
@@ -190,7 +247,7 @@ def _lock_wait(st: ThreadStack, kind: str) -> _LockWait | None:
         return None
     path, line = inner.file or "", inner.line or 0
     # the line as written, without its comment (a `#` inside a string is cut too: display only)
-    statement = linecache.getline(path, line).split("#", 1)[0].strip() if path and line else ""
+    statement = source_line(path, line).split("#", 1)[0].strip()
     if not lock and _reads(inner):
         here, _ = _locks_at(path, line)
         lock = here[-1] if here else ""
@@ -213,7 +270,7 @@ def _condition_wait(st: ThreadStack, caller: Frame) -> _LockWait | None:
     else:
         return None
     path, line = caller.file or "", caller.line or 0
-    statement = linecache.getline(path, line).split("#", 1)[0].strip() if path and line else ""
+    statement = source_line(path, line).split("#", 1)[0].strip()
     if caller.own and statement:
         what = f"a notify() on {statement.removesuffix('.wait()').split('.wait(')[0]}"
     site, own = top([caller]), top(st.frames)
@@ -247,9 +304,11 @@ def python_locks(seen: Inputs, params: NoParams) -> list[Match]:
     """Python threads blocked in CPython's lock acquire at a lock-taking frame (the
     program's own `with lock:` / `lock.acquire()` line, logging's `_acquireLock` and
     `Handler.acquire`, a Python RLock, a Condition the program or a queue.Queue waits on:
-    join, get, put), each with the lock
-    it waits for and, where its holder's frames show it, the owner; "owner unknown"
-    otherwise (CPython's C locks record no owner readable from outside)."""
+    join, put), each with the lock it waits for and, where its holder's frames show it, the
+    owner; "owner unknown" otherwise (CPython's C locks record no owner readable from
+    outside). A finding needs a cycle read from the stacks, or waits that no other thread
+    of the process can end (none of them runs, sleeps on a timer or waits outside the
+    tree); Condition waits count only then."""
     s = seen.samples
     out: list[Match] = []
     for pid in sorted({st.pid for st in s.stacks if st.python}):
@@ -265,9 +324,15 @@ def python_locks(seen: Inputs, params: NoParams) -> list[Match]:
             if st.pid == pid and st.python and st.tid in kinds and st.frames
             if (w := _lock_wait(st, kinds[st.tid])) is not None
         ]
+        free = _free_threads(s, pid, {w.tid for w in waits})
+        if free:  # a thread that still runs may notify: a Condition wait is no finding then
+            waits = [w for w in waits if not w.notify]
         if len(waits) < 2:
             continue
         owners = {w.tid: _owner(w, waits) for w in waits}
+        cycle = _cycle(waits, owners)
+        if free and not cycle.startswith("a lock-order cycle"):
+            continue  # no cycle, and a thread that still runs may release or notify
         locks = [_describe(w, owners[w.tid]) for w in waits]
         out.append(
             match(
@@ -276,10 +341,26 @@ def python_locks(seen: Inputs, params: NoParams) -> list[Match]:
                 threads=", ".join(f"{w.name} (tid {w.tid})" for w in waits),
                 functions=", ".join(w.own for w in waits),
                 locks="; ".join(locks),
-                cycle=_cycle(waits, owners),
+                cycle=cycle,
             )
         )
     return out
+
+
+def _free_threads(s: SampleSet, pid: int, waiting: set[int]) -> list[int]:
+    """The live threads of `pid` outside `waiting` that may still act (release a lock, put
+    or notify): one that used CPU, was runnable, or whose wait the watch loop saw end by
+    itself (a timer, an fd outside the tree). A thread stuck on the tree (a join, an
+    untimed wait) is none."""
+    kinds = {w.tid: w.kind for w in s.waits if w.pid == pid}
+    free = []
+    for a in s.activity:
+        if a.pid != pid or a.tid in waiting or not a.states or a.states[-1] in "ZX":
+            continue
+        ran = a.cpu_fraction >= _ACTIVE_FRACTION or "R" in a.states
+        if ran or (a.tid in kinds and kinds[a.tid] not in _STUCK):
+            free.append(a.tid)
+    return free
 
 
 def _cycle(waits: list[_LockWait], owners: dict[int, _LockWait | None]) -> str:

@@ -105,21 +105,20 @@ def _names(rows: Sequence[RankRow]) -> str:
 
 @detector("collective-mismatch", fields=("ranks", "collectives", "table"))
 def collective_mismatch(seen: Inputs, params: NoParams) -> list[Match]:
-    """Ranks waiting in different collectives, or in the same one called from different
-    lines of the program (a different place in the sequence)."""
+    """Ranks waiting in different collectives, or in the same one at different sequence
+    numbers (where a timeout line gave them). The same collective called from different
+    lines is no mismatch: `if rank == 0: all_reduce(a) else: all_reduce(b)` is one
+    collective, legitimately."""
     rows, _ = rank_table(seen.samples, seen.output_tail)
     inside = [r for r in rows if r.collective]
-    calls = {(r.collective, r.line) for r in inside}
-    seqs = {r.seq for r in inside if r.seq}
-    if len(inside) < 2 or (len(calls) < 2 and len(seqs) < 2):
-        return []
     kinds = sorted({r.collective for r in inside})
+    seqs = {r.seq for r in inside if r.seq}
+    if len(inside) < 2 or (len(kinds) < 2 and len(seqs) < 2):
+        return []
     if len(kinds) > 1:
         what = "different collectives: " + " vs ".join(kinds)
-    elif len(seqs) > 1:
-        what = f"{kinds[0]} at different sequence numbers: {', '.join(sorted(seqs))}"
     else:
-        what = f"{kinds[0]} called from different lines (a different place in the sequence)"
+        what = f"{kinds[0]} at different sequence numbers: {', '.join(sorted(seqs))}"
     return [
         match(table(rows), ranks=_names(inside), collectives=what, table="; ".join(table(rows)))
     ]
