@@ -8,16 +8,32 @@ run several times."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from harness.execute import housekeeping as hk
+from harness.execute.quiescence import HOUSEKEEPING, X86_64
+from harness.execute.treefacts import FactReader
 from harness.execute.watchloop import WatchLoop
+from harness.sampling.model import (
+    Frame,
+    ProcessSample,
+    SampleSet,
+    Snapshot,
+    ThreadSample,
+    ThreadStack,
+)
+from harness.vocab import StackToolName
 from tests.harness_cli import HarnessResult, harness, tree_is_gone
+
+needs_py_spy = pytest.mark.needs_tool("py-spy", why="only a Python stack shows whose code polls")
 
 WINDOWS = ["--startup", "60", "--stall", "60", "--timeout", "90", "--quiescent", "2"]
 
@@ -104,30 +120,109 @@ while os.read(r, 100):
 os.wait()
 """
 
+# a deadline polled in a thread that main join()s (finding 3.2): the thread's own loop, the
+# rest of the tree (main's join) waits on the tree
 PERIODIC_POLL = """
 import threading, time
-deadline = time.monotonic() + 9
+deadline = time.monotonic() + 15
 def poll():
     while time.monotonic() < deadline:
         time.sleep(0.1)
-poll()
+t = threading.Thread(target=poll)
+t.start(); t.join()
+"""
+
+# finding 2.1's healthy shapes, each ending by itself after ~15 s (more than the 5 s span and
+# the window): (a) main sleeps in a loop beside an idle ThreadPoolExecutor worker (an
+# untimed futex wait: on the tree)
+MAIN_SLEEPS_BESIDE_IDLE_POOL = """
+import concurrent.futures, time
+with concurrent.futures.ThreadPoolExecutor(1) as ex:
+    ex.submit(print, "warm", flush=True).result()
+    for _ in range(150):
+        time.sleep(0.1)
+"""
+
+# (b) a thread polls for a file while main join()s it; the file is written after ~14 s by a
+# process outside the tree (the test), as another program would
+FILE_POLL_THREAD = """
+import os, sys, threading, time
+def poll():
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.2)
+t = threading.Thread(target=poll)
+t.start(); t.join()
+"""
+
+# (c) Pool.map whose tasks poll with sleep(0.5) for ~14 s
+POOL_TASKS_POLL = """
+import multiprocessing as mp, time
+def f(x):
+    end = time.monotonic() + 14
+    while time.monotonic() < end:
+        time.sleep(0.5)
+    return x
+if __name__ == "__main__":
+    with mp.Pool(2) as p:
+        print(sum(p.map(f, range(2))))
 """
 
 
-def watch(tmp_path: Path, code: str) -> HarnessResult:
+def watch(
+    tmp_path: Path, code: str, *args: str, windows: tuple[str, ...] = tuple(WINDOWS)
+) -> HarnessResult:
     script = tmp_path / "prog.py"
     script.write_text(code)
-    return harness("watch", *WINDOWS, "--", sys.executable, str(script), report_root=tmp_path / "r")
+    argv = [sys.executable, str(script), *args]
+    return harness("watch", *windows, "--", *argv, report_root=tmp_path / "r")
+
+
+# the same deadlock beside heartbeats that a library runs (a package's helper threads, as
+# tqdm's monitor or a metrics client keep): their code is in site-packages, not the program's
+LIBRARY_BEAT = """
+import threading, time
+def heartbeat():  # Condition.wait(timeout) in a loop: a timed futex wait
+    c = threading.Condition()
+    with c:
+        while True:
+            c.wait(0.1)
+def ticker():  # while True: time.sleep(0.1): clock_nanosleep
+    while True:
+        time.sleep(0.1)
+"""
+
+LIBRARY_HEARTBEAT_DEADLOCK = """
+import os, sys, threading, time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "site-packages"))
+import beat
+a, b = threading.Lock(), threading.Lock()
+def one():
+    with a:
+        time.sleep(0.2)
+        with b: pass
+def two():
+    with b:
+        time.sleep(0.2)
+        with a: pass
+threading.Thread(target=beat.heartbeat, daemon=True).start()
+threading.Thread(target=beat.ticker, daemon=True).start()
+t1, t2 = threading.Thread(target=one), threading.Thread(target=two)
+t1.start(); t2.start(); t1.join(); t2.join()
+"""
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("code", "housekeeping"),
-    [(HEARTBEAT_DEADLOCK, 2), (POPEN_CHATTY, 0)],
-    ids=["heartbeat-deadlock", "popen-chatty"],
+    [
+        pytest.param(LIBRARY_HEARTBEAT_DEADLOCK, 2, marks=needs_py_spy, id="library-heartbeat"),
+        pytest.param(POPEN_CHATTY, 0, id="popen-chatty"),
+    ],
 )
 def test_real_hangs_get_the_early_verdict(tmp_path: Path, code: str, housekeeping: int) -> None:
+    (tmp_path / "site-packages").mkdir()
+    (tmp_path / "site-packages" / "beat.py").write_text(LIBRARY_BEAT)
     res = watch(tmp_path, code)
     report = res.report
     v = report["verdict"]
@@ -141,9 +236,30 @@ def test_real_hangs_get_the_early_verdict(tmp_path: Path, code: str, housekeepin
     assert waits and all(w["kind"] in ("tree", "done", "housekeeping") for w in waits), waits
     hk = [w for w in waits if w["kind"] == "housekeeping"]
     assert len(hk) == housekeeping, waits
-    for w in hk:  # the evidence names the syscall, the period seen and the CPU
+    for w in hk:  # the evidence names the syscall, the period seen, the CPU and the stack
         assert "every ~0.1" in w["what"] and "s of CPU" in w["what"], w
+        assert "only runtime and library code" in w["what"] and "beat.py" in w["what"], w
+        assert w["idle"], w
         assert any(f"tid {w['tid']} not counted" in n for n in report["samples"]["notes"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_heartbeat_of_the_programs_own_is_not_housekeeping(tmp_path: Path) -> None:
+    # the program's own heartbeat threads (prog.py) beside the deadlock: excused after 5 s by
+    # /proc, withdrawn when the stack dump shows their frames; the verdict waits for the
+    # window, as before the clause (finding 2.1: such a loop may be polling for anything)
+    windows = ("--startup", "15", "--stall", "15", "--timeout", "60", "--quiescent", "2")
+    res = watch(tmp_path, HEARTBEAT_DEADLOCK, windows=windows)
+    report = res.report
+    assert res.code == 2, res.stderr
+    assert report["trigger"] in ("startup", "stall") and report["verdict"]["kind"] == "hang"
+    assert report["timings"]["run_s"] >= 15, report["timings"]
+    notes = report["samples"]["notes"]
+    if shutil.which("py-spy") or os.environ.get("CI"):  # with no stacks: withdrawn as unseen
+        assert any("program's own code (heartbeat" in n or "(ticker" in n for n in notes), notes
+    assert any("not confirmed after the stack dump" in n for n in notes), notes
+    assert not any(w["kind"] == "housekeeping" for w in report["samples"]["waits"])
 
 
 # a thread in poll(-1) on a pipe only the tree writes, while the main thread joins it: the
@@ -236,15 +352,169 @@ def test_popen_wait_names_the_pipe_and_its_reader(tmp_path: Path) -> None:
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize(
     "code",
-    [POOL_SLOW_TASKS, POOL_CPU_TASKS, SLOW_WRITER, PERIODIC_POLL],
-    ids=["pool-slow-tasks", "pool-cpu-tasks", "slow-writer", "periodic-poll"],
+    [
+        POOL_SLOW_TASKS,
+        POOL_CPU_TASKS,
+        SLOW_WRITER,
+        PERIODIC_POLL,
+        MAIN_SLEEPS_BESIDE_IDLE_POOL,
+        FILE_POLL_THREAD,
+        POOL_TASKS_POLL,
+    ],
+    ids=[
+        "pool-slow-tasks",
+        "pool-cpu-tasks",
+        "slow-writer",
+        "periodic-poll-thread",
+        "main-sleeps-beside-idle-pool",
+        "file-poll-thread",
+        "pool-tasks-poll",
+    ],
 )
 def test_healthy_look_alikes_are_never_quiescent(tmp_path: Path, code: str) -> None:
     # once each here (the suite's time); their false-verdict rate over repeated runs, with
     # the corpus's look-alikes, is measured by bench/realworld.py --repeat-healthy N
-    res = watch(tmp_path, code)
+    ready = tmp_path / "ready"  # FILE_POLL_THREAD's file, written from outside the tree
+    writer = threading.Timer(14, ready.touch)
+    writer.start()
+    try:
+        res = watch(tmp_path, code, str(ready))
+    finally:
+        writer.cancel()
     report = res.report
     assert (res.code, report["trigger"], report["verdict"]["kind"]) == (0, "exit", "pass"), report[
         "verdict"
     ]
     assert report["timings"]["run_s"] > 5 + 2  # long enough for a false verdict to show
+
+
+# ---------------------------------------------------------------- the stack check
+
+
+def stack(tid: int, *frames: Frame, python: bool = True) -> ThreadStack:
+    tool = StackToolName.PY_SPY if python else StackToolName.EU_STACK
+    return ThreadStack(10, tid, "t", list(frames), tool, python=python)
+
+
+LIB = "/usr/lib/python3.11/"
+HANDLER = [
+    Frame("poll", None, f"{LIB}multiprocessing/connection.py", 930),
+    Frame("_handle_workers", None, f"{LIB}multiprocessing/pool.py", 522),
+    Frame("_bootstrap", None, f"{LIB}threading.py", 995),
+]
+
+
+def test_only_library_frames_keep_a_thread_excused() -> None:
+    assert hk.stack_check((10, 12), [stack(12, *HANDLER)], python=True) is None
+    gloo = [Frame("epoll_wait", "/lib/libc.so.6"), Frame("loop", "/x/site-packages/libgloo.so")]
+    native = stack(12, *gloo, python=False)
+    assert hk.stack_check((10, 12), [native], python=True) is None  # a native-only thread
+    assert "only runtime and library code" in hk.library_frames((10, 12), [stack(12, *HANDLER)])
+
+
+def test_the_programs_own_frames_withdraw_the_excuse() -> None:
+    own = Frame("poll", None, "/home/me/prog.py", 7, own=True)
+    why = hk.stack_check((10, 12), [stack(12, HANDLER[0], own, HANDLER[2])], python=True)
+    assert why is not None and "own code (poll at /home/me/prog.py:7)" in why
+    # `python -c` code has no file: the program's own as well
+    dash_c = Frame("poll", None, "<string>", 4)
+    assert hk.stack_check((10, 12), [stack(12, dash_c)], python=True) is not None
+    # a C program's own function in a native stack
+    mine = Frame("heartbeat", "/home/me/a.out", "/home/me/a.c", 12, own=True)
+    assert hk.stack_check((10, 12), [stack(12, mine, python=False)], python=False) is not None
+    # a venv inside `harness run`'s own root is still library code
+    venv = Frame("poll", None, "/home/me/proj/.venv/lib/python3.11/site-packages/x.py", 3, True)
+    assert hk.stack_check((10, 12), [stack(12, venv)], python=True) is None
+
+
+def test_no_stack_or_an_unseen_python_thread_withdraws_the_excuse() -> None:
+    assert "no stack" in (hk.stack_check((10, 12), [], python=True) or "")
+    assert hk.stack_check((10, 12), [stack(13, *HANDLER)], python=True) is not None  # another
+    assert hk.stack_check((10, 12), [stack(12)], python=True) is not None  # empty
+    # in a Python process, a native stack running the interpreter and no Python stack
+    interp = [Frame("clock_nanosleep", "/lib/libc.so.6"), Frame("_PyEval_EvalFrameDefault")]
+    why = hk.stack_check((10, 12), [stack(12, *interp, python=False)], python=True)
+    assert why is not None and "no Python stack" in why
+
+
+# ---------------------------------------------------------------- the outside scan's cost
+
+
+def test_the_outside_scan_is_kept_until_the_tree_changes_or_it_is_old() -> None:
+    # a real child reading a pipe whose writer is this process, outside the tree
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        reader = ThreadSample(child.pid, "py", "S", "pipe_read", "0", 0.0, [0, 1, 2, 0, 0, 0])
+        one = Snapshot(
+            0.0, [ProcessSample(child.pid, os.getpid(), "py", "", [], "S", True, [reader])]
+        )
+        facts = FactReader(refresh_s=0.5)
+
+        def read(s: Snapshot) -> list[int]:
+            found = facts.read(s, X86_64, [(child.pid, 0)], [], set())
+            return [w for ws in found.outside_writers.values() for w in ws]
+
+        assert os.getpid() in read(one) and facts.scans == 1
+        assert os.getpid() in read(one) and facts.scans == 1  # kept: the same tree, young
+        other = ProcessSample(99999999, child.pid, "x", "", [], "S", False, [])
+        read(Snapshot(0.25, [*one.processes, other]))
+        assert facts.scans == 2  # the tree's processes changed: scanned afresh
+        time.sleep(0.6)
+        assert os.getpid() in read(Snapshot(0.5, [*one.processes, other])) and facts.scans == 3
+        facts.reset()  # the confirmation after the dump
+        read(Snapshot(0.75, [*one.processes, other]))
+        assert facts.scans == 4
+    finally:
+        child.kill()
+        child.wait()
+
+
+# ---------------------------------------------------------------- the watch loop's check
+
+OWN_POLL_THREAD = """
+import threading, time
+def poll():
+    while True:
+        time.sleep(0.1)
+t = threading.Thread(target=poll)
+t.start()
+print("ready", flush=True)
+t.join()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_watch_loop_withdraws_an_excused_thread_whose_stack_is_the_programs() -> None:
+    root = subprocess.Popen([sys.executable, "-c", OWN_POLL_THREAD], stdout=subprocess.PIPE)
+    start = time.monotonic()
+    try:
+        assert root.stdout is not None and root.stdout.readline() == b"ready\n"
+        loop = WatchLoop(root.pid, start)
+        while loop.quiet_since is None:  # /proc alone: excused after 5 s
+            assert time.monotonic() - start < 20, [w.what for w, _ in loop._waits]
+            loop.tick(time.monotonic())
+            time.sleep(0.05)
+        tid = next(int(t) for t in os.listdir(f"/proc/{root.pid}/task") if int(t) != root.pid)
+        assert [tw.tid for tw, _ in loop._waits if tw.kind == HOUSEKEEPING] == [tid]
+
+        def dump(*frames: Frame) -> SampleSet:
+            st = ThreadStack(root.pid, tid, "t", list(frames), StackToolName.PY_SPY, True)
+            return SampleSet([], [], [st], {}, [], 0.0)
+
+        assert loop.confirm(dump(*HANDLER)) is None  # library frames: it stays excused
+        hks = [tw for tw, _ in loop._waits if tw.kind == HOUSEKEEPING]
+        assert hks and "only runtime and library code" in hks[0].what
+        why = loop.confirm(dump(Frame("poll", None, "<string>", 5), *HANDLER[2:]))
+        assert why is not None and "own code" in why
+        loop.reset_quiet()
+        for _ in range(30):  # 7.5 s of looks: never excused again
+            loop.tick(time.monotonic() + 1)
+            time.sleep(0.25)
+            assert loop.quiet_since is None
+        assert loop.confirm(None) is not None  # no stacks: nothing is excused
+    finally:
+        root.kill()
+        root.wait()
+    loop.close()

@@ -668,7 +668,8 @@ def test_a_restart_that_is_not_the_same_call_is_judged_as_restart_syscall() -> N
     # nanosleep interrupted), or a thread not in S: restart_syscall, timed, never the tree
     for t in (poller(12, RESTART, timeout=100), poller(12, RESTART, wchan="hrtimer_nanosleep")):
         w = after(t)
-        assert (w.kind, w.idle) == (q.TIMED, True) and "restart_syscall" in w.what
+        # not idle: its timeout is not shown, it may continue a poll with none
+        assert (w.kind, w.idle) == (q.TIMED, False) and "restart_syscall" in w.what
     assert after(poller(12, RESTART)).kind == q.TREE  # the same: continued
     # a timed poll continued stays timed (a housekeeping candidate)
     _, calls, _ = q.continued(snap(0, proc(10, 1, th(10), poller(12, timeout=100))), X86, {})
@@ -679,3 +680,41 @@ def test_a_restart_that_is_not_the_same_call_is_judged_as_restart_syscall() -> N
     assert (w.kind, w.idle, restarted) == (q.TIMED, True, {(10, 12)})
     # an unknown architecture remembers nothing
     assert q.continued(snap(0, untimed), None, {})[1] == {}
+
+
+# ---------------------------------------------------------------- the program's own loop
+
+
+def test_a_main_thread_sleeping_in_a_loop_is_never_housekeeping() -> None:
+    # `for _ in range(150): time.sleep(0.1)` in main beside an idle pool worker (an untimed
+    # futex wait): the program working, not housekeeping, however long it looks idle
+    def main_sleeps(i: int) -> list[ProcessSample]:
+        return [proc(10, 1, sleeper(10, runs=i), th(11))]
+
+    snaps, io = hk_run(seconds=10, make=main_sleeps)
+    assert q.quiet_since(snaps, X86, None, None, io) is None
+    waits = q.tree_waits(snaps[-1], X86)
+    assert not q.needs_facts(waits)  # nor are the facts read for it (finding 2.3)
+    assert q.needs_facts(q.tree_waits(hk_run()[0][-1], X86))  # a non-main sleeper: read
+
+
+def test_a_thread_withdrawn_after_the_dump_is_never_excused_again() -> None:
+    snaps, io = hk_run()
+    history = [q.judge(s, X86, None, [], i)[1] for s, i in zip(snaps, io, strict=True)]
+    waits, _ = q.judge(snaps[-1], X86, None, history[:-1], io[-1], withdrawn={(10, 12)})
+    assert not any(tw.kind == q.HOUSEKEEPING for tw, _ in waits) and not q.is_blocked(waits)
+    assert not q.needs_facts(waits, {(10, 12)})
+
+
+def test_idle_marks_only_a_sleep_on_a_timer_of_its_own() -> None:
+    p = proc(10, 1, th(10), sleeper(11), th(12, args=(0x1000, 9 | 128, 0, 0x7FFD, 0, 0)))
+    idle = {tw.tid: tw.idle for tw, _ in q.tree_waits(snap(0, p), X86)}
+    assert idle == {10: False, 11: True, 12: True}  # untimed futex; nanosleep; timed futex
+    # a process catching SIGALRM: its untimed futex wait turns timed but is not idle (a
+    # deadlock there is no sleep); its nanosleep is still a sleep on its own timer
+    facts = q.TreeFacts(timers={10: "catches SIGALRM"})
+    waits = q.tree_waits(snap(0, p), X86, facts)
+    got = {tw.tid: (tw.kind, tw.idle) for tw, _ in waits}
+    assert got == {10: (q.TIMED, False), 11: (q.TIMED, True), 12: (q.TIMED, True)}
+    # and such a made-timed wait is no housekeeping candidate either
+    assert not any(w.idle for tw, w in waits if tw.tid == 10)

@@ -149,8 +149,16 @@ _INTERPRETER_MODULE = re.compile(r"^(lib)?python\d")
 _NO_FILE = ("<string>", "<stdin>")
 
 
+# installed packages and the stdlib are library code even under `harness run`'s own root
+# (a project's .venv inside the built tree)
+_LIBRARY = re.compile(r"/lib(64)?/python\d+(\.\d+)?[a-z]?/|/(site|dist)-packages/")
+
+
 def _own(frame: Frame, python: bool) -> bool:
-    return frame.own or (python and (frame.file or "") in _NO_FILE)
+    if python and (frame.file or "") in _NO_FILE:
+        return True
+    path = frame.file if python else frame.module
+    return frame.own and not (path and _LIBRARY.search(path))
 
 
 def _interpreter(frame: Frame) -> bool:
@@ -178,7 +186,15 @@ def stack_check(key: tuple[int, int], stacks: Sequence[ThreadStack], python: boo
         own = next((f for f in st.frames if _own(f, st.python)), None)
         if own is not None:
             return f"tid {tid}: its stack shows the program's own code ({_site(own)})"
-    if python and not any(s.python for s in mine):
-        if any(_interpreter(f) for s in mine for f in s.frames):
-            return f"tid {tid}: it runs Python code and no Python stack of it was taken"
+    native_only = python and not any(s.python for s in mine)
+    if native_only and any(_interpreter(f) for s in mine for f in s.frames):
+        return f"tid {tid}: it runs Python code and no Python stack of it was taken"
     return None
+
+
+def library_frames(key: tuple[int, int], stacks: Sequence[ThreadStack]) -> str:
+    """The evidence of a thread kept excused: its innermost frames, Python's if taken."""
+    mine = [s for s in stacks if (s.pid, s.tid) == key and s.frames]
+    mine.sort(key=lambda s: not s.python)
+    shown = " <- ".join(_site(f) for f in mine[0].frames[:3]) if mine else "?"
+    return f"its stack at the dump shows only runtime and library code ({shown})"

@@ -179,7 +179,7 @@ def _sample(
 def _confirm(watch: WatchLoop, samples: SampleSet | None) -> str | None:
     """Quiescence holds after the stack dump (None), or why not; its time in the samples."""
     t0 = time.monotonic()
-    why = watch.confirm()
+    why = watch.confirm(samples)
     if samples is not None:
         samples.timings["confirm"] = time.monotonic() - t0
     return why

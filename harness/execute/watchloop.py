@@ -19,11 +19,11 @@ import resource
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psutil
 
-from harness.execute.housekeeping import Look
+from harness.execute.housekeeping import Look, library_frames, stack_check
 from harness.execute.quiescence import (
     HOUSEKEEPING,
     Calls,
@@ -138,6 +138,9 @@ class WatchLoop:
         self._calls: Calls = {}
         self._judged: Snapshot | None = None
         self._looks: deque[Look] = deque(maxlen=RECENT_SNAPSHOTS)  # for housekeeping
+        # threads whose stack at a dump showed the program's own code: never excused again
+        # in this run (the program's own timed loop is the program working)
+        self._withdrawn: set[tuple[int, int]] = set()
         self._facts = FactReader()
         self._no_children_file = False
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -198,9 +201,11 @@ class WatchLoop:
         self._facts.reset()
         self._looks.clear()  # housekeeping needs consecutive looks, too
 
-    def confirm(self) -> str | None:
+    def confirm(self, samples: SampleSet | None = None) -> str | None:
         """After the stack dump: None when the tree is still exactly as quiescent as before
-        it (a tracer's attach forgiven), else why not."""
+        it (a tracer's attach forgiven) and every thread excused as housekeeping shows only
+        runtime and library code in the dump's stacks (`samples`; none: no thread is
+        excused), else why not."""
         before = self._judged
         if before is None:
             return "no snapshot to compare with"
@@ -222,8 +227,30 @@ class WatchLoop:
                 why = f"tid {busy[0].tid}: {busy[0].what}" if busy else "no live thread"
                 continue
             hk = [(tw.pid, tw.tid) for tw, _ in waits if tw.kind == HOUSEKEEPING]
-            return woke(before, snap, cpu_slack=0.05, runs=False, ignore=hk)
+            moved = woke(before, snap, cpu_slack=0.05, runs=False, ignore=hk)
+            return moved if moved is not None else self._confirm_stacks(hk, samples)
         return why
+
+    def _confirm_stacks(
+        self, excused: list[tuple[int, int]], samples: SampleSet | None
+    ) -> str | None:
+        """Each excused thread's stacks at the dump: the program's own code (or no stack)
+        withdraws it for the rest of the run, and with it the verdict."""
+        stacks = samples.stacks if samples is not None else []
+        for key in excused:
+            known = self._known.get(key[0])
+            why = stack_check(key, stacks, known is not None and known.is_python)
+            if why is not None:
+                self._withdrawn.add(key)
+                return f"{why}: a timed wake-up of the program's own is not housekeeping"
+        found = {k: library_frames(k, stacks) for k in excused}
+        self._waits = [
+            (replace(tw, what=f"{tw.what}; {found[k]}"), w)
+            if (k := (tw.pid, tw.tid)) in found
+            else (tw, w)
+            for tw, w in self._waits
+        ]
+        return None
 
     def annotate(self, samples: SampleSet) -> None:
         """Put the timeline, the events and what each thread waits on into a sample set."""
@@ -377,7 +404,7 @@ class WatchLoop:
             return False
         waits = tree_waits(snap, self.table, restarted=restarted)
         look = Look(snap, {(tw.pid, tw.tid): w for tw, w in waits})
-        if self.judging and needs_facts(waits):
+        if self.judging and needs_facts(waits, self._withdrawn):
             self._read_runs(snap)
             waits, look = self._judge_facts(snap, waits, list(self._looks), restarted)
         self._waits = waits
@@ -387,9 +414,9 @@ class WatchLoop:
         quiet = is_blocked(waits)
         out = None if output_at is None else output_at - self.launched_at
         hk = [(tw.pid, tw.tid) for tw, _ in waits if tw.kind == HOUSEKEEPING]
+        # the outside scan is not dropped on a look that is not quiet: it expires by itself
+        # when the tree's processes change, and after treefacts.OUTSIDE_REFRESH_S
         self._since = advance(self._since, prev, snap, quiet, out, hk)
-        if self._since is None:
-            self._facts.reset()
         return quiet
 
     def _read_runs(self, snap: Snapshot) -> None:
@@ -410,7 +437,8 @@ class WatchLoop:
             snap, self.table, pending_fds(first), pending_polls(first), compat
         )
         live = [p.pid for p in snap.processes if any(t.state not in "ZX" for t in p.threads)]
-        return judge(snap, self.table, facts, history, process_io(live), restarted)
+        io = process_io(live)
+        return judge(snap, self.table, facts, history, io, restarted, self._withdrawn)
 
     # ------------------------------------------------------------ the timeline
 
