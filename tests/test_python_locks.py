@@ -18,7 +18,9 @@ import pytest
 
 from harness.analysis.detectors import DETECTORS, Match, run
 from harness.config.causes import NoParams
+from harness.sampling.model import Frame, SampleSet, ThreadActivity, ThreadStack
 from harness.sampling.sample import sample_tree
+from harness.vocab import StackToolName
 from tests.harness_cli import ROOT, harness
 
 PROGRAMS = ROOT / "tests" / "programs"
@@ -128,3 +130,49 @@ def test_two_lock_deadlock_under_the_harness(tmp_path: Path) -> None:
 def test_the_same_order_finishes_with_no_cause(tmp_path: Path) -> None:
     verdict, found = causes(tmp_path, "pylock_ordered.py")
     assert verdict["kind"] == "pass" and found == {}, verdict
+
+
+# ---------------------------------------------------------------- waits somebody can end
+# (review of issue 18, 2.6): a finding needs a cycle, or waits no other thread can end
+
+
+@needs_py_spy
+def test_idle_queue_consumers_are_no_lock_finding(spawn: Callable[..., Any]) -> None:
+    """Two threads idle in Queue.get (a thread pool waiting for work), main joining them."""
+    assert locks_now(spawn, "fp_queue_consumers.py", "consumers idle") == []
+
+
+def _condition_waits(worker_cpu: float) -> SampleSet:
+    """pid 10: threads 11 and 12 wait on the program's Condition (`ready.wait()`); thread 13
+    does something else and used `worker_cpu` of a core between the looks."""
+    wait = [
+        Frame("Condition.wait", file="/usr/lib/python3.11/threading.py", line=320),
+        Frame("consume", file="/nonexistent/prog.py", line=14, own=True),
+    ]
+    native = [Frame("PyThread_acquire_lock_timed", "libpython3.11.so.1.0")]
+    stacks = [
+        st
+        for tid in (11, 12)
+        for st in (
+            ThreadStack(10, tid, f"waiter{tid}", wait, StackToolName.PY_SPY, python=True),
+            ThreadStack(10, tid, f"waiter{tid}", native, StackToolName.EU_STACK),
+        )
+    ]
+    activity = [
+        ThreadActivity(10, tid, "python", ["S"] * 3, 0.0, "futex_do_wait", "202")
+        for tid in (10, 11, 12)
+    ]
+    activity.append(ThreadActivity(10, 13, "python", ["S", "R", "S"], worker_cpu, "", "0"))
+    return SampleSet([], activity, stacks, {}, [], 1.0)
+
+
+def test_condition_waits_beside_a_thread_that_runs_are_no_finding() -> None:
+    """The thread that still runs may notify: no finding without a cycle."""
+    assert run(DETECTORS["python-locks"], NoParams(), _condition_waits(0.3), []) == []
+
+
+def test_condition_waits_nobody_can_end_are_a_finding() -> None:
+    s = _condition_waits(0.0)
+    s.activity[-1].states = ["S"] * 3  # thread 13 stuck too: nobody can notify
+    [m] = run(DETECTORS["python-locks"], NoParams(), s, [])
+    assert "(a Condition: no owner)" in m.fields["locks"]

@@ -84,6 +84,18 @@ def test_a_parent_in_popen_wait_is_never_the_location() -> None:
     )
 
 
+def test_a_pipe_also_read_outside_the_tree_is_not_read_only_by_the_waiter() -> None:
+    """The watch loop called the write OUTSIDE (a reader outside the tree holds the pipe
+    too): the chain must not say "read only by" (review of issue 18, 2.10)."""
+    s = _popen_samples()
+    s.waits[1].kind = WaitKind.OUTSIDE
+    chain = waitchain.follow(s)
+    assert chain is not None and chain.end == (101, 101)
+    text = chain.text("chatter")
+    assert "read only by" not in text
+    assert "blocks writing stdout (pipe:[9]), read by pid 100 and outside the tree" in text
+
+
 def test_waiters_are_named_by_the_call_the_program_made() -> None:
     w = waitchain.waiter(ThreadStack(1, 1, "m", PARENT, StackToolName.PY_SPY, True), None)
     assert w is not None and (w.waits_for, w.call) == (waitchain.For.CHILD, "Popen.wait")

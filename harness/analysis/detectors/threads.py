@@ -53,12 +53,15 @@ _LOCK_FRAMES = {
 # the stdlib's waits on a threading.Condition (innermost frame Condition.wait) that count as
 # lock waits: what each waits for, and the call that would end it. A Condition has no
 # owner: only a notify() by another thread ends the wait, so these count only while no
-# other thread of the process could make that call (python_locks). Not Queue.get: a
-# consumer idle at an empty queue is how every worker pool waits for work, no lock finding
+# other thread of the process could make that call (python_locks)
 _CONDITIONS = {
     "Queue.join": "a queue's unfinished tasks to reach 0 (task_done() ends it)",
+    "Queue.get": "an item in an empty queue (put() ends it)",
     "Queue.put": "room in a full queue (get() ends it)",
 }
+# a consumer idle at an empty queue is how every worker pool waits for work: never a
+# finding by itself, only listed beside one (the consumer a Queue.join waits for)
+_IDLE_WAITS = frozenset({"Queue.get"})
 # a thread that used this share of a core between snapshots still runs: it may release a
 # lock or notify (spin-on-blocked-workers calls a thread under it blocked, too)
 _ACTIVE_FRACTION = 0.02
@@ -89,6 +92,7 @@ class _LockWait:
     own: str  # the innermost frame of the program's own code
     held: tuple[_Held, ...]
     notify: bool = False  # a Condition wait: ended by a notify, no owner
+    idle: bool = False  # a consumer at an empty queue (_IDLE_WAITS): no finding by itself
 
 
 def _version(path: str) -> tuple[int, int] | None:
@@ -274,7 +278,9 @@ def _condition_wait(st: ThreadStack, caller: Frame) -> _LockWait | None:
     if caller.own and statement:
         what = f"a notify() on {statement.removesuffix('.wait()').split('.wait(')[0]}"
     site, own = top([caller]), top(st.frames)
-    return _LockWait(st.tid, st.name, site, statement, what, "threading.Condition", own, (), True)
+    idle = caller.function in _IDLE_WAITS
+    kind = "threading.Condition"
+    return _LockWait(st.tid, st.name, site, statement, what, kind, own, (), True, idle)
 
 
 def _owner(w: _LockWait, others: list[_LockWait]) -> _LockWait | None:
@@ -304,11 +310,11 @@ def python_locks(seen: Inputs, params: NoParams) -> list[Match]:
     """Python threads blocked in CPython's lock acquire at a lock-taking frame (the
     program's own `with lock:` / `lock.acquire()` line, logging's `_acquireLock` and
     `Handler.acquire`, a Python RLock, a Condition the program or a queue.Queue waits on:
-    join, put), each with the lock it waits for and, where its holder's frames show it, the
-    owner; "owner unknown" otherwise (CPython's C locks record no owner readable from
-    outside). A finding needs a cycle read from the stacks, or waits that no other thread
-    of the process can end (none of them runs, sleeps on a timer or waits outside the
-    tree); Condition waits count only then."""
+    join, put; get only beside another), each with the lock it waits for and, where its
+    holder's frames show it, the owner; "owner unknown" otherwise (CPython's C locks record
+    no owner readable from outside). A finding needs a cycle read from the stacks, or waits
+    that no other thread of the process can end (none of them runs, sleeps on a timer or
+    waits outside the tree); Condition waits count only then."""
     s = seen.samples
     out: list[Match] = []
     for pid in sorted({st.pid for st in s.stacks if st.python}):
@@ -325,14 +331,15 @@ def python_locks(seen: Inputs, params: NoParams) -> list[Match]:
             if (w := _lock_wait(st, kinds[st.tid])) is not None
         ]
         free = _free_threads(s, pid, {w.tid for w in waits})
-        if free:  # a thread that still runs may notify: a Condition wait is no finding then
-            waits = [w for w in waits if not w.notify]
-        if len(waits) < 2:
-            continue
+        core = [w for w in waits if not w.idle]
+        if free:  # a thread that still runs may notify or put: Condition waits are no finding
+            waits = core = [w for w in core if not w.notify]
         owners = {w.tid: _owner(w, waits) for w in waits}
         cycle = _cycle(waits, owners)
-        if free and not cycle.startswith("a lock-order cycle"):
+        if free and (len(core) < 2 or not cycle.startswith("a lock-order cycle")):
             continue  # no cycle, and a thread that still runs may release or notify
+        if not free and len(core) < 2 and not any(w.notify for w in core):
+            continue  # one lock wait, or only consumers idle at their queues
         locks = [_describe(w, owners[w.tid]) for w in waits]
         out.append(
             match(
