@@ -255,7 +255,7 @@ def fork_with_threads(seen: Inputs, params: NoParams) -> list[Match]:
     procs = processes(s)
     born = {e.pid: e.t for e in s.events if e.event is EventKind.START}
     cycles = {c.pid for c in s.lock_cycles}
-    out: list[Match] = []
+    found: dict[tuple[int, str, str], list[tuple[int, int, int, int, list[str]]]] = {}
     for child in procs.values():
         parent = procs.get(child.ppid)
         if parent is None or child.pid in cycles or _uses_openmp(s, child.pid):
@@ -286,14 +286,27 @@ def fork_with_threads(seen: Inputs, params: NoParams) -> list[Match]:
             f"pid {child.pid} tid {th.tid} waits on a private futex, no timeout, in {wait}",
             *(f"pid {parent.pid} tid {st.tid} {st.name}: {top(st.frames)}" for st in others[:4]),
         ]
+        found.setdefault((parent.pid, wait, what), []).append(
+            (child.pid, at_fork, len(threads), th.tid, evidence)
+        )
+    # one finding per parent and wait site: the workers a pool or a DataLoader forked at
+    # once inherit the same stale lock, and are one hang, not one per worker
+    out: list[Match] = []
+    for (parent_pid, wait, what), kids in found.items():
+        pid, at_fork, n_threads, tid, evidence = kids[0]
+        also = [str(k[0]) for k in kids[1:]]
+        child_text = str(pid)
+        if also:
+            child_text += f" (and {len(also)} more forked the same way: pid {', '.join(also)})"
+            evidence = [*evidence, *(f"pid {k[0]} waits in the same place" for k in kids[1:])]
         out.append(
             match(
                 evidence,
-                child=child.pid,
-                parent=parent.pid,
+                child=child_text,
+                parent=parent_pid,
                 threads=at_fork,
-                child_threads=len(threads),
-                tid=th.tid,
+                child_threads=n_threads,
+                tid=tid,
                 wait=wait,
                 what=what,
             )
