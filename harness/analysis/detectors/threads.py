@@ -396,12 +396,15 @@ class SpinParams:
     fields=("pid", "tid", "name", "cpu", "where", "blocked"),
 )
 def spin_on_blocked(seen: Inputs, params: SpinParams) -> list[Match]:
-    """Exactly one busy thread in a process whose other threads sit in futex waits; not a
-    thread in an MPI call (MPICH and Open MPI spin in their progress engine while waiting
-    for a peer: that is mpi-peers-blocked's finding, whatever the process's idle threads)."""
+    """Exactly one busy thread in a process whose other threads sit in futex waits; not an
+    MPI rank, nor a thread in an MPI call (MPICH and Open MPI spin in their progress engine
+    while waiting for a peer: that is mpi-peers-blocked's finding)."""
     s = seen.samples
     out: list[Match] = []
-    for pid in sorted({a.pid for a in s.activity}):
+    # an MPI rank's CPU between looks may be its progress engine polling, even when the
+    # last look finds it elsewhere (its own sleep between exchanges): never this finding
+    mpi_ranks = {r.pid for r in s.ranks if r.launcher == "mpi"}
+    for pid in sorted({a.pid for a in s.activity} - mpi_ranks):
         acts = [a for a in s.activity if a.pid == pid]
         busy = [
             a

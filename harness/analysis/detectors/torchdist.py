@@ -211,7 +211,7 @@ def timeouts(tail: Sequence[str]) -> list[Timeout]:
 def collective_timeout(seen: Inputs, params: NoParams) -> list[Match]:
     """The ranks that printed a gloo/NCCL collective timeout (or a collective fingerprint
     mismatch): in different collectives or sequence numbers, or all in the same one (then
-    a rank that printed none is the one missing)."""
+    a rank that printed none never joined, or failed otherwise first)."""
     found = timeouts(seen.output_tail)
     if not found:
         return []
@@ -223,9 +223,11 @@ def collective_timeout(seen: Inputs, params: NoParams) -> list[Match]:
         finding = f"ranks in {ops[0]} at different sequence numbers: {', '.join(seqs)}"
     else:
         at = f" (SeqNum {seqs[0]})" if seqs else ""
+        # a rank that printed no timeout line may never have joined the collective, or may
+        # have failed otherwise first (a peer's exit closes gloo's connections): not known
         finding = (
             f"every rank that reported waits in the same {ops[0]}{at}: a rank that "
-            "reported no timeout never joined it"
+            "reported no timeout either never joined it or failed otherwise first"
         )
     ranks = ", ".join(f"rank {t.rank} in {t.op}" + (f" #{t.seq}" if t.seq else "") for t in found)
     return [match([t.line for t in found], ranks=ranks, finding=finding)]
