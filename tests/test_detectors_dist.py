@@ -25,9 +25,18 @@ from harness.analysis.detectors import DETECTORS, Match, run
 from harness.analysis.detectors.mpi import is_mpi_progress, mpi_call
 from harness.analysis.detectors.torchdist import timeouts
 from harness.config.causes import NoParams
-from harness.sampling.model import Frame, SampleSet
+from harness.sampling.model import (
+    Frame,
+    ProcessSample,
+    SampleSet,
+    Snapshot,
+    ThreadActivity,
+    ThreadSample,
+    ThreadStack,
+)
 from harness.sampling.ranks import ProcessRank, rank_from_argv, rank_from_environ, read_rank
 from harness.sampling.sample import sample_tree
+from harness.vocab import StackToolName
 from tests import facts
 from tests.harness_cli import ROOT, harness
 
@@ -278,10 +287,73 @@ def test_gloo_ranks_sampled_mid_run_are_no_finding(spawn: Callable[..., Any]) ->
     need_torch()
     job = spawn([sys.executable, PROGRAMS / "dist_healthy.py"], env={**os.environ, "STEPS": "40"})
     job.expect("rank 1: step 1", timeout=90)
-    samples = sample_tree(job.pid, snapshots=3, interval=0.3)
-    assert ranks_of(samples) == [0, 1], samples.notes
-    for name in DIST_DETECTORS:
-        assert run(DETECTORS[name], NoParams(), samples, []) == [], name
+    # several windows: each catches the ranks at a different point of their step (CI once
+    # caught rank 0 back in its compute after waiting most of the window in all_reduce)
+    for _ in range(4):
+        samples = sample_tree(job.pid, snapshots=3, interval=0.3)
+        assert ranks_of(samples) == [0, 1], samples.notes
+        for name in DIST_DETECTORS:
+            assert run(DETECTORS[name], NoParams(), samples, []) == [], name
+
+
+def two_ranks(states0: list[str], cpu0: float) -> SampleSet:
+    """Rank 0 (pid 100) in its own compute, with the given states and CPU share over the
+    window; rank 1 (pid 101) in all_reduce."""
+
+    def proc(pid: int) -> ProcessSample:
+        thread = ThreadSample(pid, "python", "S", "futex_do_wait", "202", 1.0)
+        return ProcessSample(
+            pid, 99, "python", "/usr/bin/python3", ["python3"], "sleeping", True, [thread]
+        )
+
+    c10d = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+    stacks = [
+        ThreadStack(
+            100,
+            100,
+            "python",
+            [Frame("compute", file="train.py", line=9, own=True)],
+            StackToolName.PY_SPY,
+            python=True,
+        ),
+        ThreadStack(
+            101,
+            101,
+            "python",
+            [
+                Frame("all_reduce", file=c10d, line=2500),
+                Frame("step", file="train.py", line=20, own=True),
+            ],
+            StackToolName.PY_SPY,
+            python=True,
+        ),
+    ]
+    activity = [
+        ThreadActivity(100, 100, "python", states0, cpu0, "", "running"),
+        ThreadActivity(101, 101, "python", ["S", "S", "S"], 0.0, "futex_do_wait", "202"),
+    ]
+    ranks = [
+        ProcessRank(pid, pid - 100, 2, pid - 100, "torch", "environ RANK") for pid in (100, 101)
+    ]
+    snaps = [Snapshot(t, [proc(100), proc(101)]) for t in (0.0, 0.3, 0.6)]
+    return SampleSet(snaps, activity, stacks, {}, [], 0.6, ranks=ranks)
+
+
+@pytest.mark.parametrize(
+    ("states", "cpu", "missing"),
+    [
+        (["S", "S", "R"], 0.2, False),  # waited most of the window, computing at the last look
+        (["S", "S", "S"], 0.1, False),  # computed between looks (a tenth of a core)
+        (["S", "S", "S"], 0.0, True),  # blocked outside the collective the whole window
+    ],
+)
+def test_a_rank_back_in_its_compute_is_not_missing(
+    states: list[str], cpu: float, missing: bool
+) -> None:
+    found = run(DETECTORS["missing-rank"], NoParams(), two_ranks(states, cpu), [])
+    assert bool(found) is missing, found
+    if missing:
+        assert found[0].fields["missing"].startswith("rank 0 (pid 100) is in no collective")
 
 
 # ---------------------------------------------------------------- MPI jobs

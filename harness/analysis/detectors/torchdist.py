@@ -23,6 +23,8 @@ from harness.sampling.model import ProcessSample, SampleSet, ThreadStack, spinni
 from harness.sampling.ranks import ProcessRank, rank_from_argv
 from harness.vocab import EventKind
 
+# CPU share between looks above which a rank counts as working (a blocked thread uses ~0)
+ACTIVE_FRACTION = 0.05
 _C10D = re.compile(r"torch/distributed/distributed_c10d\.py$")
 
 
@@ -33,7 +35,10 @@ class RankRow:
     collective: str  # the c10d call it is in; "" when in none
     line: str  # its own innermost frame, or where it is when in no collective
     seq: str = ""  # the sequence number a timeout line gave, "" unknown
-    busy: bool = False  # its main thread used CPU (computing: it may still join)
+    busy: bool = False  # its main thread kept a core busy (the "(busy)" of the table)
+    # it ran at some look or used CPU between looks: the stack is one instant, the CPU a
+    # window, and a rank that waited most of the window may be computing at the last look
+    active: bool = False
 
 
 def recorded_ranks(s: SampleSet) -> list[ProcessRank]:
@@ -84,7 +89,8 @@ def rank_table(s: SampleSet, tail: Sequence[str] = ()) -> tuple[list[RankRow], i
         seq = timed_out[rank].seq if rank in timed_out else ""
         act = next((a for a in s.activity if a.tid == (st.tid if st else p.pid)), None)
         busy = act is not None and spinning(act.states, act.cpu_fraction)
-        rows.append(RankRow(rank, p.pid, collective, line, seq, busy))
+        active = act is not None and ("R" in act.states or act.cpu_fraction >= ACTIVE_FRACTION)
+        rows.append(RankRow(rank, p.pid, collective, line, seq, busy, busy or active))
     sizes = {r.world_size for r, _ in ranks.values() if r.world_size}
     return rows, max(sizes) if sizes else None
 
@@ -135,7 +141,7 @@ def missing_rank(seen: Inputs, params: NoParams) -> list[Match]:
         return []
     absent = sorted(set(range(world or 0)) - {r.rank for r in rows})
     # a rank computing outside the collectives may still join: only a blocked one is missing
-    outside = [r for r in rows if not r.collective and not r.busy]
+    outside = [r for r in rows if not r.collective and not r.active]
     missing = [f"rank {r.rank} (pid {r.pid}) is in no collective: {r.line}" for r in outside]
     missing += [
         f"rank {n} is not among the live processes (exited or never started)" for n in absent
