@@ -147,6 +147,25 @@ class AxisKind(StrEnum):
     SET = "set"
     ENV = "env"
     VARIANT = "variant"
+    HOST = "host"  # a hosts/*.toml profile
+
+
+class Decision(StrEnum):
+    """What `compare` decided on the variants' rates (pipeline/decide.py)."""
+
+    CONFIRMED = "confirmed"  # the baseline fails, every fix's rate is separated below it
+    REFUTED = "refuted"  # a fix fails as often as the baseline, or could not run
+    UNSETTLED = "unsettled"  # more runs would settle it
+    NOT_REPRODUCED = "not-reproduced"  # the baseline never failed
+
+
+class KnobEffect(StrEnum):
+    """What `sweep` decided about one knob on its cells' rates (pipeline/decide.py)."""
+
+    CHANGES = "changes"
+    RULED_OUT = "ruled-out"
+    UNSETTLED = "unsettled"
+    NOT_JUDGED = "not-judged"
 
 
 class BlameHow(StrEnum):

@@ -120,15 +120,20 @@ def test_omp_free_changes_exactly_the_two_regions(
 @pytest.mark.slow
 @stock_hang
 def test_compare_confirms_the_fix(tmp_path: Path, cache_env: dict[str, str]) -> None:
+    """The default `--repeat auto`: four runs each (hang 4/4 against pass 4/4 is the fewest
+    that separate at 95%), two at once, then confirmed."""
     res = harness(
-        "compare", "breakout", "--startup", "8", report_root=tmp_path, env=cache_env, timeout=240
-    )
+        "compare", "breakout", "--startup", "8", "--jobs", "2",
+        report_root=tmp_path, env=cache_env, timeout=400,
+    )  # fmt: skip
     assert res.code == 0, res.stdout + res.stderr
     data = json.loads(next(tmp_path.glob("*/compare.json")).read_text())
     stock, fixed = data["variants"]
-    assert (stock["kind"], stock["location"]) == ("hang", "env_start")
-    assert fixed["kind"] == "pass" and fixed["epochs"] >= 4
-    assert data["confirmed"] and data["summary"].startswith("fix confirmed")
+    assert (stock["kind"], stock["location"], stock["kinds"]) == ("hang", "env_start", {"hang": 4})
+    assert fixed["kinds"] == {"pass": 4} and fixed["epochs"] >= 4
+    assert data["confirmed"] and data["decision"] == "confirmed"
+    assert data["summary"].startswith("fix confirmed: stock → hang 4/4 (100%, 95% CI 51–100%)")
+    assert len(list(Path(stock["report_dir"], "runs").iterdir())) == 4
 
 
 @pytest.mark.slow

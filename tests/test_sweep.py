@@ -34,17 +34,46 @@ def test_knobs_parse_and_bad_ones_are_usage_errors() -> None:
         assert info.value.exit_code == 5 and "\n" not in info.value.message
 
 
+def _cells(runs: int, kinds: dict[tuple[str, str], Kind]) -> list[RunRow]:
+    """Four cells (A × variant), each `runs` runs that all ended as its kind."""
+    return [
+        RunRow({"A": x, "variant": y}, y, kind=k, runs=runs, counts={k: runs} if runs > 1 else {})
+        for (x, y), k in kinds.items()
+    ]
+
+
+STOCK_HANGS = {
+    ("1", "s"): Kind.HANG,
+    ("1", "f"): Kind.PASS,
+    ("2", "s"): Kind.HANG,
+    ("2", "f"): Kind.PASS,
+}
+
+
+def test_conclusion_on_one_run_per_cell_is_unsettled() -> None:
+    """One run per cell separates nothing at 95%: no knob is ruled out, and the one whose
+    cells differ is unsettled with the runs that would settle it."""
+    a, v = Knob(AxisKind.ENV, "A", ("1", "2")), Knob(AxisKind.VARIANT, "variant", ("s", "f"))
+    lines = conclude([a, v], _cells(1, STOCK_HANGS))
+    assert lines[0].startswith("A is unsettled (1 → hang/pass; 2 → hang/pass)"), lines
+    assert "4 runs per cell of one verdict each would rule it out" in lines[0]
+    assert lines[1] == (
+        "variant is unsettled (s → hang; f → pass): about 4 runs per cell would settle it at "
+        "the rates seen"
+    )
+
+
 def test_conclusion_names_the_knob_that_matters() -> None:
     a, v = Knob(AxisKind.ENV, "A", ("1", "2")), Knob(AxisKind.VARIANT, "variant", ("s", "f"))
-    rows = [
-        RunRow({"A": x, "variant": y}, y, kind=Kind.HANG if y == "s" else Kind.PASS)
-        for x, y in [("1", "s"), ("1", "f"), ("2", "s"), ("2", "f")]
-    ]
+    rows = _cells(4, STOCK_HANGS)
     lines = conclude([a, v], rows)
-    assert lines[0].startswith("A is ruled out")
-    assert lines[1].startswith("variant changes the outcome")
-    rows[2].kind = Kind.PASS  # now A=2 turns the stock hang into a pass
+    assert lines[0].startswith("A is ruled out"), lines
+    assert lines[1].startswith("variant changes the outcome (s → hang 8/8; f → pass 8/8)")
+    rows[2] = _cells(4, {("2", "s"): Kind.PASS})[0]  # now A=2 turns the stock hang into a pass
     assert conclude([a, v], rows)[0].startswith("A changes the outcome")
+    rows[2] = RunRow({"A": "2", "variant": "s"}, "s", Kind.HANG, runs=4,
+                     counts={Kind.HANG: 2, Kind.PASS: 2})  # fmt: skip
+    assert conclude([a, v], rows)[0].startswith("A is unsettled"), "2/4 vs 4/4 is not separated"
     rows[3] = row_from_error("the build of f failed", None, {"A": "2", "variant": "f"}, "f")
     assert conclude([a, v], rows)[-1] == "1 cell(s) could not run: see their summaries"
 
@@ -122,16 +151,22 @@ def test_one_writer_for_every_multi_run_table(
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_two_knobs_two_values_two_variants(tmp_path: Path, cache_env: dict[str, str]) -> None:
+def test_knobs_judged_on_repeated_cells(tmp_path: Path, cache_env: dict[str, str]) -> None:
+    """2 × 2 cells, 4 runs each, 2 at once: the variant changes the outcome (hang 8/8 against
+    pass 8/8 is separated), OMP_WAIT_POLICY is ruled out (every run of every value alike)."""
     res = harness(
         "sweep",
         "breakout",
         "--set",
-        "vec.num_buffers=1,2",
+        "vec.num_buffers=2",
         "--env",
         "OMP_WAIT_POLICY=active,passive",
         "--variants",
         "stock,fixed",
+        "--repeat",
+        "4",
+        "--jobs",
+        "2",
         "--startup",
         "4",
         "--stall",
@@ -148,18 +183,23 @@ def test_two_knobs_two_values_two_variants(tmp_path: Path, cache_env: dict[str, 
     assert res.code == 0, res.stderr
     data = json.loads(res.stdout)
     cells = data["cells"]
-    assert len(cells) == 8
+    assert len(cells) == 4
     for c in cells:
         want = "hang" if c["variant"] == "stock" else "pass"
-        assert c["kind"] == want, c
-        assert Path(c["report_dir"], "report.json").is_file()
-        argv = json.loads(Path(c["report_dir"], "report.json").read_text())["command"]["argv"]
-        assert f"--vec.num_buffers={c['values']['--vec.num_buffers']}" in argv
-    # one build per distinct build key: two variants, two keys, every cell a cache hit
+        assert (c["kind"], c["runs"], c["kinds"]) == (want, 4, {want: 4}), c
+        aggregate = json.loads(Path(c["report_dir"], "repeat.json").read_text())
+        assert aggregate["runs"] == 4 and len(aggregate["rows"]) == 4
+        first = Path(aggregate["rows"][0]["report_dir"], "report.json")
+        argv = json.loads(first.read_text())["command"]["argv"]
+        assert "--vec.num_buffers=2" in argv
+    # one build per distinct build key: two variants, two keys, every run a cache hit
     assert data["distinct_build_keys"] == 2
     assert all(c["cache_hit"] for c in cells)
-    assert data["conclusion"][0].startswith("--vec.num_buffers is ruled out")
+    assert (
+        data["conclusion"][0]
+        == "--vec.num_buffers: not judged (one value ran: 2 → hang 8/16, pass 8/16)"
+    )
     assert data["conclusion"][1].startswith("OMP_WAIT_POLICY is ruled out")
-    assert data["conclusion"][2].startswith("variant changes the outcome")
+    assert data["conclusion"][2].startswith("variant changes the outcome (stock → hang 8/8")
     folder = Path(data["directory"])
     assert (folder / "sweep.md").is_file() and (folder / "sweep.json").is_file()

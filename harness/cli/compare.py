@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.cli import options
+from harness.cli import options, repeating
 from harness.config.defaults import compare_baseline
 from harness.pipeline.compare import compare_variants
 from harness.report import store
@@ -19,9 +19,11 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         NAME,
         help="run one scenario for several variants, side by side",
-        description="Run the scenario once per variant. The first variant is the baseline, "
-        "expected to reproduce a failure; the fix is confirmed when it does and every other "
-        "variant passes (exit 0; else 1).",
+        description="Run the scenario for each variant, each run a child harness with its "
+        "own report. The first variant is the baseline, expected to reproduce a failure; the "
+        "fix is confirmed (exit 0; else 1) when it does and each other variant's failure rate "
+        "is below the baseline's at 95% (upper bound under lower bound). By default "
+        "(--repeat auto) runs are added in rounds until that is settled or the cap is hit.",
     )
     options.add_env_argument(p)
     p.add_argument(
@@ -32,6 +34,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     options.add_scenario_options(p)
     options.add_source_options(p, variant=False)
     options.add_watch_options(p)
+    repeating.add_repeat_options(p, auto=True, default=0)
     options.add_report_options(p)
     options.add_json_option(p, "compare.json (with the folder it is in)")
 
@@ -40,9 +43,10 @@ def command(args: argparse.Namespace) -> int:
     specs = None
     if args.variants is not None:
         specs = [v.strip() for v in args.variants.split(",") if v.strip()]
+    plan = repeating.repeat_plan(args, auto=True)
     base = options.run_options(args, specs[0] if specs else compare_baseline())
-    result = compare_variants(base, specs)
     out = args.report_dir / store.new_run_id(f"compare-{args.env}")
+    result = compare_variants(base, specs, out, plan)
     matrix = result.matrix()
     write_matrix(matrix, out)
     print_matrix(matrix, out, args.json)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.cli import options
+from harness.cli import options, repeating
 from harness.cli.output import finish
+from harness.pipeline.repeat import repeat_run
 from harness.pipeline.run import run_env
+from harness.report import store
 
 NAME = "run"
 
@@ -26,9 +28,17 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     options.add_scenario_options(p)
     options.add_source_options(p)
     options.add_watch_options(p)
+    repeating.add_repeat_options(p)
     options.add_report_options(p)
     options.add_json_option(p)
 
 
 def command(args: argparse.Namespace) -> int:
-    return finish(run_env(options.run_options(args)), args.json)
+    plan = repeating.repeat_plan(args)
+    opts = options.run_options(args)
+    if not plan.repeated:
+        return finish(run_env(opts), args.json)
+    out = args.report_dir / store.new_run_id(f"repeat-{args.env}")
+    rows = repeat_run(opts, plan, out)
+    title = f"harness run {args.env} --repeat {plan.describe()}"
+    return repeating.finish_repeat(title, args.env, rows, out, args.json)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.cli import options
+from harness.cli import options, repeating
 from harness.pipeline.sweep import parse_knobs, run_sweep
 from harness.report import store
 from harness.report.matrix import print_matrix, write_matrix
@@ -20,9 +20,11 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         NAME,
         help="run a knob matrix (config × env × variants) and say which knobs matter",
-        description="Run the scenario once per cell of the cartesian product of --set, "
-        "--env and --variants values, each cell a normal `harness run` with its own report, "
-        "then print the matrix of verdicts and which knobs change the outcome. Exits 0 when "
+        description="Run the scenario for each cell of the cartesian product of --set, "
+        "--env, --variants and --host values (--repeat N times each), each run a normal "
+        "`harness run` with its own report, then print the matrix of verdicts and, on the "
+        "cells' rates, which knobs change the outcome, which are ruled out and which are "
+        "unsettled. Exits 0 when "
         "every cell ran, whatever it found; 1 when some cell could not run; 5 when the sweep "
         "could not run.",
     )
@@ -48,11 +50,12 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "--variants", help="comma list of variants, e.g. stock,omp-free (a build per variant)"
     )
     p.add_argument(
-        "--jobs",
-        type=options.positive_int,
-        default=1,
-        help="cells run at once (default 1; parallel runs perturb timing-sensitive hangs)",
+        "--host",
+        dest="host_knob",
+        metavar="PROFILE1,PROFILE2",
+        help="host profiles (hosts/*.toml) as an axis, e.g. container-1cpu,noisy-2cpu",
     )
+    repeating.add_repeat_options(p)
     options.add_scenario_options(p)
     options.add_source_options(p, variant=False)
     options.add_limit_options(p, per=" per cell")
@@ -63,10 +66,11 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    knobs = parse_knobs(args.sets, args.env_knobs, args.variants)
+    knobs = parse_knobs(args.sets, args.env_knobs, args.variants, args.host_knob)
+    plan = repeating.repeat_plan(args)
     args.env_vars, args.trainer_args, args.variant = [], [], "stock"
     out = args.report_dir / store.new_run_id(f"sweep-{args.env}")
-    result = run_sweep(options.run_options(args), knobs, out, args.jobs)
+    result = run_sweep(options.run_options(args), knobs, out, plan)
     matrix = result.matrix()
     write_matrix(matrix, out)
     print_matrix(matrix, out, args.json)

@@ -1,19 +1,35 @@
-"""`harness compare`: one scenario, several variants, and whether the fix is confirmed."""
+"""`harness compare`: one scenario, several variants, and whether the fix is confirmed, on
+the variants' failure rates (pipeline/decide.py): each variant built once, then run by child
+harnesses (`--repeat N`, or `auto`: rounds until the decision is settled or the cap)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness import outcome, variants
 from harness.config.defaults import compare_baseline, default_pin
-from harness.config.pin import Pin, load_pin
+from harness.config.pin import Pin, check_env, load_pin
+from harness.config.scenario import load_scenario
 from harness.errors import HarnessError
-from harness.outcome import USAGE, Kind
+from harness.outcome import USAGE
+from harness.pipeline.children import MARGIN_S, ChildRuns
+from harness.pipeline.decide import Judged, judge_compare, next_round
 from harness.pipeline.options import RunOptions
-from harness.pipeline.run import run_env
+from harness.pipeline.repeat import (
+    FAILED,
+    Repeat,
+    Target,
+    build_each,
+    combined,
+    run_argv,
+    run_rounds,
+)
+from harness.pipeline.stages import limits_for
 from harness.report.matrix import Matrix
-from harness.report.runs import RunRow, row_from_error, row_from_report
+from harness.report.runs import RunRow, row_from_error
 
 AXIS = "variant"
 
@@ -22,15 +38,24 @@ AXIS = "variant"
 class CompareResult:
     env: str
     rows: list[RunRow]
-    confirmed: bool
-    why: str
+    judged: Judged
+    plan: Repeat
+
+    @property
+    def confirmed(self) -> bool:
+        return self.judged.confirmed
+
+    @property
+    def why(self) -> str:
+        return self.judged.why
 
     @property
     def exit_code(self) -> int:
         """0 confirmed, 1 not; an interrupted variant's code (128 + N) when one was."""
-        last = self.rows[-1].exit_code if self.rows else None
-        if last is not None and last >= outcome.INTERRUPTED_BASE:  # the compare stopped there
-            return last
+        for row in self.rows:
+            code = row.exit_code
+            if code is not None and code >= outcome.INTERRUPTED_BASE:  # the compare stopped
+                return code
         return 0 if self.confirmed else 1
 
     def matrix(self) -> Matrix:
@@ -42,7 +67,13 @@ class CompareResult:
             conclusion=[self.why],
             env=self.env,
             rows_key="variants",
-            extra={"confirmed": self.confirmed, "summary": self.why},
+            extra={
+                "confirmed": self.confirmed,
+                "decision": str(self.judged.decision),
+                "runs_needed": self.judged.runs_needed,
+                "repeat": self.plan.describe(),
+                "summary": self.why,
+            },
         )
 
 
@@ -52,10 +83,11 @@ def default_variants(pin: Pin) -> list[str]:
     return [baseline, *(f for f in pin.fixes if f != baseline)]
 
 
-def compare_variants(opts: RunOptions, variant_specs: Sequence[str] | None) -> CompareResult:
-    """Run the scenario once per variant (None: the baseline then the pin's fixes). The fix
-    is confirmed when the first variant (the baseline) reproduces a failure and every other
-    variant passes."""
+def compare_variants(
+    opts: RunOptions, variant_specs: Sequence[str] | None, out: Path, plan: Repeat
+) -> CompareResult:
+    """Run the scenario for each variant (None: the baseline then the pin's fixes), each
+    run a child harness reporting under `out/variants/NN`, and judge the fix."""
     pin = load_pin(opts.pin or default_pin(opts.checkout))
     specs = list(variant_specs) if variant_specs is not None else default_variants(pin)
     if len(specs) < 2:
@@ -64,42 +96,77 @@ def compare_variants(opts: RunOptions, variant_specs: Sequence[str] | None) -> C
         else:
             why = f"pin {pin.name} names no fixes: give --variants BASELINE,FIX"
         raise HarnessError(why, USAGE)
+    if len(set(specs)) != len(specs):
+        raise HarnessError(f"a variant is given twice: {', '.join(specs)}", USAGE)
     for spec in specs:  # a typo in the last variant fails now, not after the others
         variants.parse_variant(spec, pin)
-    rows: list[RunRow] = []
-    for i, spec in enumerate(specs, 1):
-        opts.progress.label = f"harness compare {opts.env} [{i}/{len(specs)} {spec}]"
-        values = {AXIS: spec}
-        try:
-            report, code = run_env(opts.but(variant=spec))
-        except HarnessError as exc:  # this variant could not run: a row, not an abort
-            rows.append(row_from_error(exc.message, exc.exit_code, values, spec))
-            continue
-        rows.append(row_from_report(report, code, values, spec))
-        if code >= outcome.INTERRUPTED_BASE:  # interrupted: stop comparing
+    settings = load_scenario(opts.scenario or opts.env).settings(pin.lineage)
+    check_env(pin, settings.upstream_env)
+    try:
+        builds = build_each(opts, pin, specs, settings.upstream_env)
+        limit_s = limits_for(opts, settings).wall_s + MARGIN_S
+        rows = _rounds(opts, specs, builds, out, limit_s, plan)
+    finally:
+        opts.progress.close()
+    return CompareResult(opts.env, rows, judge_compare(rows), plan)
+
+
+def _rounds(
+    opts: RunOptions,
+    specs: Sequence[str],
+    builds: dict[str, str],
+    out: Path,
+    limit_s: float,
+    plan: Repeat,
+) -> list[RunRow]:
+    """The runs of every variant that built: a first round, then (auto) more rounds while
+    the decision is unsettled and the cap allows."""
+    targets = [
+        Target(out / "variants" / f"{i:02d}", run_argv(opts, spec), {AXIS: spec}, spec)
+        for i, spec in enumerate(specs)
+    ]
+    runnable = [i for i, s in enumerate(specs) if not builds.get(s, "").startswith(FAILED)]
+    lock = threading.Lock()
+    count = 0
+
+    def done(target: Target, row: RunRow) -> None:
+        nonlocal count
+        with lock:
+            count += 1
+            where = f" in {row.location}" if row.location else ""
+            opts.progress.phase("runs", f"{count}: {target.variant} → {row.kind}{where}")
+
+    rows: dict[int, list[RunRow]] = {}
+    runner = ChildRuns()
+    run_rounds(targets, {i: plan.first_round for i in runnable}, rows, plan, runner, limit_s, done)
+    while plan.auto:
+        table = _table(specs, targets, rows, builds)
+        have = min((len(rows.get(i, [])) for i in runnable), default=plan.runs)
+        want = next_round(judge_compare(table), have, plan.runs)
+        if want is None or _stopped(table):
             break
-    confirmed, why = judge(rows)
-    return CompareResult(opts.env, rows, confirmed, why)
+        more = {i: want - len(rows.get(i, [])) for i in runnable}
+        run_rounds(targets, more, rows, plan, runner, limit_s, done)
+    return _table(specs, targets, rows, builds)
 
 
-def judge(rows: Sequence[RunRow]) -> tuple[bool, str]:
-    """Whether the fix is confirmed, and the sentence that says why."""
-    base, rest = rows[0], rows[1:]
-    # the baseline must reproduce a failure (not merely fail to build or run)
-    reproduced = outcome.reproduces(base.kind)
-    confirmed = reproduced and bool(rest) and all(r.kind is Kind.PASS for r in rest)
-    if confirmed:
-        return True, (
-            f"fix confirmed: {base.variant} → {base.kind}"
-            + (f" in {base.location}" if base.location else "")
-            + "; "
-            + ", ".join(f"{r.variant} → pass" for r in rest)
-        )
-    if base.kind is Kind.PASS:
-        return False, f"not confirmed: the baseline {base.variant} passes (nothing to fix here)"
-    if not reproduced:
-        return False, (
-            f"not confirmed: the baseline {base.variant} did not reproduce a failure ({base.kind})"
-        )
-    bad = [f"{r.variant} → {r.kind}" for r in rest if r.kind is not Kind.PASS]
-    return False, "not confirmed: " + ", ".join(bad or ["no fix variant given"])
+def _stopped(rows: Sequence[RunRow]) -> bool:
+    return any(r.exit_code is not None and r.exit_code >= outcome.INTERRUPTED_BASE for r in rows)
+
+
+def _table(
+    specs: Sequence[str],
+    targets: Sequence[Target],
+    rows: dict[int, list[RunRow]],
+    builds: dict[str, str],
+) -> list[RunRow]:
+    """A row per variant, in the order given: its runs combined, or why it did not run."""
+    by_index = combined(targets, rows)
+    table = []
+    for i, spec in enumerate(specs):
+        if i in by_index:
+            table.append(by_index[i])
+        else:
+            why = f"the build of {spec} {builds.get(spec, 'did not run')}"
+            table.append(row_from_error(why, None, {AXIS: spec}, spec))
+    return table

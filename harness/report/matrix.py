@@ -67,6 +67,9 @@ class Matrix:
     extra: dict[str, Any] = field(default_factory=dict)  # the command's own JSON keys
     # a command with columns of its own (bisect's steps); default: axes, results, report
     columns: list[Column] | None = None
+    # the terminal prints each failed row's summary under the table (not for repeated runs
+    # of one cell: the conclusion groups them)
+    row_notes: bool = True
 
     def table_columns(self) -> list[Column]:
         if self.columns is not None:
@@ -111,12 +114,19 @@ def publish(m: Matrix) -> bool:
     return github.publish_table(m.title, m.table(), m.conclusion)
 
 
-def write_matrix(m: Matrix, out: Path) -> None:
-    """Every file of a multi-run command in `out`, and the step summary under Actions."""
+def write_matrix(
+    m: Matrix, out: Path, also_report_html: bool = False, step_summary: bool = True
+) -> None:
+    """Every file of a multi-run command in `out`, and the step summary under Actions; with
+    `also_report_html`, index.html is report.html too (the aggregate of repeated runs is the
+    folder's report)."""
     atomic_write(out / f"{m.mode}.json", json.dumps(m.to_json(out), indent=2) + "\n")
     atomic_write(out / f"{m.mode}.md", m.markdown())
-    write_index(m, out)
-    publish(m)
+    index = write_index(m, out)
+    if also_report_html:
+        atomic_write(out / "report.html", index.read_text(encoding="utf-8"))
+    if step_summary:  # a cell of a larger table is not published on its own
+        publish(m)
 
 
 def print_matrix(m: Matrix, out: Path, as_json: bool, stream: TextIO | None = None) -> None:
@@ -137,7 +147,7 @@ def print_matrix(m: Matrix, out: Path, as_json: bool, stream: TextIO | None = No
             cells.append(f"[{outcome.style(row.kind)}]{text}[/]" if c.header == "verdict" else text)
         table.add_row(*cells)
     console.print(table)
-    for row in m.rows:
+    for row in m.rows if m.row_notes else ():
         if row.kind != outcome.Kind.PASS and row.summary:
             label = ", ".join(f"{a}={row.coordinate(a)}" for a in m.axes) or row.variant
             console.print(_shown(f"{label}: {row.summary}"), soft_wrap=True)

@@ -1,0 +1,113 @@
+"""Runs made by a child harness: a sweep's cells, a compare's variants, the runs of
+`--repeat`. Each is a normal `harness run` (or `watch`) in its own process and session, with
+its own report folder and a hard limit, so one run can never leave anything to the next and
+parallel runs never mix up their reports; its row is read back from the report it wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.outcome import Kind
+from harness.process import proctree
+from harness.report.runs import RunRow, load_row
+
+MARGIN_S = 120.0  # startup, sampling and report writing on top of a run's wall limit
+CHILD_ENV_DROP = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")
+STOP_GRACE_S = 10.0  # a stopped child harness writes its partial report in this time
+
+
+class ChildRuns:
+    """The child harness processes now running, each in its own session.
+
+    Started with Popen here, not process/tools.run_tool: run_tool waits for its child in the
+    calling thread and offers no handle, while a sweep must stop running children from
+    another thread (an interrupt, or a run's own limit) the way a user would: SIGTERM first,
+    so the child harness kills its trainer and writes its partial report, then the whole
+    session is killed and reaped (proctree.kill_tree). Every path ends in `stop` or in a
+    normal exit of the child: its limit (`stop`), an exception in the waiting thread
+    (`stop`, then re-raised), the parent interrupted (`stop_all`, and nothing new starts)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.live: set[subprocess.Popen[bytes]] = set()
+        self.stopping = False
+
+    def run(self, argv: list[str], timeout: float) -> tuple[int | None, str, bool]:
+        """(exit code, stderr, timed out); the code is None when the child was stopped."""
+        with self.lock:
+            if self.stopping:  # the parent is being stopped: start nothing new
+                return None, "the runs were stopped", False
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,  # the child's report folder says what it found
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                # a child's own summary and annotations would repeat the parent's table
+                env={k: v for k, v in os.environ.items() if k not in CHILD_ENV_DROP},
+            )
+            self.live.add(proc)
+        timed_out = False
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self.stop(proc)
+            err = b""
+        except BaseException:  # interrupted while waiting: this child goes with the parent
+            self.stop(proc)
+            raise
+        finally:
+            with self.lock:
+                self.live.discard(proc)
+        code = None if timed_out else proc.returncode
+        return code, (err or b"").decode("utf-8", "replace"), timed_out
+
+    @staticmethod
+    def stop(proc: subprocess.Popen[bytes]) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=STOP_GRACE_S)
+        proctree.kill_tree(proc, proc.pid)
+
+    def stop_all(self) -> None:
+        with self.lock:
+            self.stopping = True
+            running = list(self.live)
+        for proc in running:
+            self.stop(proc)
+
+
+# the child harness's argv for a report folder: the folder differs per run
+ArgvFor = Callable[[Path], list[str]]
+
+
+def run_child(
+    argv_for: ArgvFor,
+    folder: Path,
+    limit_s: float,
+    runner: ChildRuns,
+    values: dict[str, str],
+    variant: str,
+) -> RunRow:
+    """One run in a child harness writing into `folder`; its row, read from its report."""
+    start = time.monotonic()
+    code, stderr, timed_out = runner.run(argv_for(folder), limit_s)
+    if timed_out:
+        why = f"the run's harness timed out after {limit_s:.0f}s"
+    else:
+        why = (stderr.strip().splitlines() or [f"no report (exit {code})"])[-1][:300]
+    row = load_row(folder, code, values, variant, why)
+    if timed_out:  # its partial report, if any, is linked; the row says why it is partial
+        row.kind, row.summary, row.error = Kind.ERROR, why, why
+    row.wall_s = time.monotonic() - start
+    return row
