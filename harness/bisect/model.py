@@ -1,12 +1,14 @@
 """What a bisect is made of: its options (a RunOptions plus the search's own), one run of one
-commit, one tested commit, and the result with its report.json form (docs/bisect.md)."""
+commit, one tested commit, and the result with its report.json form (docs/bisect.md); with
+repeated runs, the bad end's failure rate and the confidence of the answer."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from harness import __version__, outcome
 from harness.config.pin import Pin
@@ -14,6 +16,7 @@ from harness.outcome import Kind
 from harness.pipeline.options import RunOptions
 from harness.report.runs import RunRow
 from harness.source.gitrepo import CommitInfo
+from harness.stats import Rate
 from harness.vocab import BisectRole, BisectStatus
 
 SCHEMA_VERSION = 1
@@ -28,6 +31,41 @@ EXPECTS: dict[str, frozenset[Kind]] = {
 }
 # the same tree fails to build (or to prepare) the same way every time: repeating is useless
 UNREPEATABLE = frozenset({Kind.BUILD_FAILED, Kind.ERROR})
+AUTO: Literal["auto"] = "auto"
+Repeat = int | Literal["auto"]
+DEFAULT_REPEAT_CAP = 20
+
+
+GRID = 2000  # points of the numeric integral over the bad end's rate
+
+
+def posterior_miss(clean: int, rate: Rate) -> float:
+    """The chance that a commit failing like the bad end passes `clean` runs in a row, over
+    what the bad end's runs say its rate may be (a uniform prior updated by its failures and
+    passes: Beta(f+1, s+1)); E[(1-p)^n] = prod over i < n of (s+1+i)/(f+s+2+i). Unlike
+    (1-p̂)^n at the observed rate p̂, it does not trust 3 failures in 5 runs to mean 60%."""
+    f, s = rate.failures, rate.runs - rate.failures
+    m = 1.0
+    for i in range(clean):
+        m *= (s + 1 + i) / (f + s + 2 + i)
+    return m
+
+
+def joint_confidence(rate: Rate, cleans: list[int]) -> float:
+    """The chance that none of the good steps (with these clean runs) was a commit failing
+    like the bad end, over the same Beta(f+1, s+1) for the rate: one rate shared by every
+    step, so the steps' misses go together (a midpoint integral over GRID points)."""
+    f, s = rate.failures, rate.runs - rate.failures
+    log_norm = math.lgamma(f + 1) + math.lgamma(s + 1) - math.lgamma(f + s + 2)
+    total = 0.0
+    for k in range(GRID):
+        p = (k + 0.5) / GRID
+        held = 1.0
+        for n in cleans:
+            held *= 1.0 - (1.0 - p) ** n
+        density = math.exp(f * math.log(p) + s * math.log1p(-p) - log_norm)
+        total += held * density / GRID
+    return min(1.0, total)
 
 
 @dataclass(frozen=True)
@@ -40,8 +78,13 @@ class BisectOptions:
     bad: str = ""
     expect: str = "hang"  # hang | crash | check-failed | any-failure
     location: str | None = None  # a bad step's verdict must be located here
-    repeat: int = 1
+    repeat: Repeat = 1  # runs per commit, or "auto": as many as the rule needs (steps.py)
+    repeat_cap: int = DEFAULT_REPEAT_CAP  # auto: the most runs of one commit
     confirm_fix: str | None = None  # variant to run on the first bad commit
+
+    @property
+    def auto(self) -> bool:
+        return self.repeat == AUTO
 
 
 @dataclass
@@ -56,6 +99,18 @@ class StepRecord:
     classification: str  # good | bad | skip, of the runs together
     runs: list[RunRow]
     classes: list[str]  # good | bad | skip of each run, in the order of `runs`
+    # a good step under repetition: the clean runs the rule asked for (None: no rate known)
+    target: int | None = None
+    # the chance that a commit failing like the bad end passes this step's clean runs
+    # (`posterior_miss`)
+    miss: float | None = None
+
+    @property
+    def settled(self) -> bool | None:
+        """A good step that ran its target of clean runs (False: stopped at the cap)."""
+        if self.classification != GOOD or self.target is None:
+            return None
+        return self.counts()[GOOD] >= self.target
 
     @property
     def decisive_at(self) -> int:
@@ -82,6 +137,9 @@ class StepRecord:
             "variant": self.variant,
             "classification": self.classification,
             "counts": self.counts(),
+            "target": self.target,
+            "miss_chance": self.miss,
+            "settled": self.settled,
             "verdict": self.run_json(self.decisive_at),
             "runs": [self.run_json(i) for i in range(len(self.runs))],
         }
@@ -128,6 +186,34 @@ class BisectResult:
         """⌈log2 N⌉ + skips + 2 (the ends): the most steps the search may take."""
         skips = sum(s.classification == SKIP for s in self.search_steps)
         return (len(self.candidates) - 1).bit_length() + skips + 2
+
+    @property
+    def bad_end(self) -> StepRecord | None:
+        return next((s for s in self.steps if s.role is BisectRole.BAD_END), None)
+
+    @property
+    def bad_rate(self) -> Rate | None:
+        """The bad end's failure rate: its runs that showed the failure sought, of those that
+        passed or showed it (a skipped run tested nothing)."""
+        end = self.bad_end
+        if end is None:
+            return None
+        c = end.counts()
+        return Rate(c[BAD], c[BAD] + c[GOOD])
+
+    @property
+    def good_steps(self) -> list[StepRecord]:
+        return [s for s in self.search_steps if s.classification == GOOD]
+
+    @property
+    def confidence(self) -> float | None:
+        """The chance that no step called good was bad after all, were each a commit failing
+        like the bad end (`joint_confidence`, docs/bisect.md). None until the bad end's rate
+        is known."""
+        rate = self.bad_rate
+        if rate is None or not rate.runs:
+            return None
+        return joint_confidence(rate, [s.counts()[GOOD] for s in self.good_steps])
 
     @property
     def location_matched(self) -> bool | None:
@@ -192,6 +278,7 @@ class BisectResult:
             "expect": opts.expect,
             "location": opts.location,
             "repeat": opts.repeat,
+            "repeat_cap": opts.repeat_cap if opts.auto else None,
             "good": asdict(self.good),
             "bad": asdict(self.bad),
             "candidates": len(self.candidates),
@@ -212,6 +299,24 @@ class BisectResult:
             "possible": [asdict(c) for c in self.possible],
             "location_matched": self.location_matched,
             "diffstat": self.diffstat,
+            "confidence": self._confidence_json(),
+        }
+
+    def _confidence_json(self) -> dict[str, Any] | None:
+        rate = self.bad_rate
+        if rate is None or not rate.runs:
+            return None
+        return {
+            "bad_rate": {
+                "failures": rate.failures,
+                "runs": rate.runs,
+                "rate": round(rate.value, 4),
+                "ci95": [round(b, 4) for b in rate.ci95],
+            },
+            "value": None if self.confidence is None else round(self.confidence, 6),
+            "good_steps": len(self.good_steps),
+            "unsettled": [s.commit.short for s in self.good_steps if s.settled is False],
+            "runs_per_step": [len(s.runs) for s in self.steps],
         }
 
     def _confirm_json(self) -> dict[str, Any] | None:

@@ -1,5 +1,5 @@
 """A bisect for people: report.md (the answer, the parent and the first bad commit side by
-side, every step) and the one-screen terminal summary."""
+side, every step, with repeated runs the confidence) and the one-screen terminal summary."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from harness.bisect.model import BAD, GOOD, SKIP, BisectResult, StepRecord
+from harness.bisect.model import BAD, GOOD, SKIP, BisectOptions, BisectResult, StepRecord
 from harness.bisect.steps import COMMIT, expected, shown
 from harness.report.markdown import md, table
 from harness.report.matrix import Column, Matrix, axis
@@ -21,6 +21,45 @@ from harness.vocab import BisectStatus
 
 # a step's coordinates in the steps table and index.html
 STEP, ROLE, SUBJECT, CLASS, COUNTS = "#", "role", "subject", "class", "runs (bad/good/skip)"
+MISS = "miss chance"  # with repeated runs: a good step's chance of passing a bad commit
+
+
+def repeat_text(opts: BisectOptions) -> str:
+    return f"auto (cap {opts.repeat_cap})" if opts.auto else str(opts.repeat)
+
+
+def _percent(x: float) -> str:
+    """A probability for people: never "100%" for something short of certain."""
+    text = f"{100 * x:.1f}%"
+    if text == "100.0%" and x < 1:
+        return ">99.9%"
+    return "<0.1%" if text == "0.0%" and x > 0 else text
+
+
+def confidence_text(result: BisectResult) -> str | None:
+    """The answer's confidence and what it rests on (docs/bisect.md, "Repeated runs"); None
+    with one run per commit (the search then assumes a bad commit fails every time)."""
+    rate, conf = result.bad_rate, result.confidence
+    if result.setup.opts.repeat == 1 or rate is None or conf is None:
+        return None
+    good = result.good_steps
+    clean = sorted({s.counts()[GOOD] for s in good})
+    runs = "-".join(str(n) for n in (clean[:1] + clean[-1:] if len(clean) > 1 else clean))
+    text = (
+        f"{_percent(conf)} that no step called good was bad after all (bad end: failure "
+        f"{rate.text()}; {len(good)} good steps of {runs or 0} clean runs)"
+    )
+    if not result.setup.opts.auto:
+        text += "; with --repeat N the bad end stops at its first failure, so its rate is a "
+        text += "rough one: --repeat auto measures it"
+    unsettled = [s.commit.short for s in good if s.settled is False]
+    if unsettled:
+        text += f"; unsettled at the cap, taken as good: {', '.join(unsettled)}"
+    return text
+
+
+def _miss_text(step: StepRecord) -> str:
+    return "-" if step.miss is None else _percent(step.miss)
 
 
 def _build_text(r: RunRow) -> str:
@@ -66,6 +105,8 @@ def _counts_text(step: StepRecord) -> str:
 def _md_result(result: BisectResult) -> list[str]:
     opts = result.setup.opts
     lines = [f"**{result.message()}**", "", f"- expected: {expected(opts)}"]
+    if (confidence := confidence_text(result)) is not None:
+        lines.append(f"- confidence: {md(confidence)}")
     if result.first_bad is not None:
         c = result.first_bad.commit
         lines += [f"- author: {md(f'{c.author}, {c.date}')}"]
@@ -92,7 +133,7 @@ def render_markdown(result: BisectResult) -> str:
         f"# harness bisect: {opts.run.env} ({result.setup.pin.name})",
         "",
         f"{result.good.short}..{result.bad.short}: {len(result.candidates)} commits on the "
-        f"first-parent line, variant {opts.run.variant}, repeat {opts.repeat}; "
+        f"first-parent line, variant {opts.run.variant}, repeat {repeat_text(opts)}; "
         f"status {result.status}",
         "",
         *_md_result(result),
@@ -116,6 +157,8 @@ def print_summary(result: BisectResult, stream: TextIO | None = None) -> None:
     style = styles.get(result.status, "bold red")
     grid.add_row("result", f"[{style}]{escape(result.message())}[/]")
     grid.add_row("expected", expected(result.setup.opts))
+    if (confidence := confidence_text(result)) is not None:
+        grid.add_row("confidence", escape(confidence))
     if result.first_bad is not None:
         c = result.first_bad.commit
         grid.add_row("author", escape(terminal_safe(f"{c.author}, {c.date}")))
@@ -145,6 +188,7 @@ def print_summary(result: BisectResult, stream: TextIO | None = None) -> None:
 def steps_matrix(result: BisectResult) -> Matrix:
     """The steps as a multi-run table (report.md's steps, index.html, the step summary): a
     row per tested commit, its decisive run, labelled by step, role, commit and class."""
+    repeated = result.setup.opts.repeat != 1
     rows = [
         replace(
             s.decisive,
@@ -155,6 +199,7 @@ def steps_matrix(result: BisectResult) -> Matrix:
                 SUBJECT: s.commit.subject,
                 CLASS: s.classification,
                 COUNTS: _counts_text(s),
+                **({MISS: _miss_text(s)} if repeated else {}),
             },
         )
         for n, s in enumerate(result.steps, 1)
@@ -164,6 +209,7 @@ def steps_matrix(result: BisectResult) -> Matrix:
         Column("verdict", lambda r: r.kind),
         Column("location", lambda r: r.location),
         *map(axis, (CLASS, COUNTS)),
+        *([axis(MISS)] if repeated else []),
         Column("build", _build_text),
         Column("run", lambda r: f"{r.run_s or 0:.1f}s"),
     ]

@@ -69,7 +69,13 @@ class _Search:
             f"{res.step_bound}: {role} {commit.short} {commit.subject[:40]}]"
         )
         step = try_commit(
-            self.setup, commit, role, index, self.setup.opts.run.variant, res.directory / "steps"
+            self.setup,
+            commit,
+            role,
+            index,
+            self.setup.opts.run.variant,
+            res.directory / "steps",
+            res.bad_rate,  # None while the bad end itself runs
         )
         res.steps.append(step)
         self.tested[index] = step
@@ -81,7 +87,10 @@ class _Search:
         res, opts = self.result, self.setup.opts
         bad = self.test(len(res.candidates) - 1, BisectRole.BAD_END)
         if bad.classification == GOOD:
-            raise HarnessError(f"the bad end {res.bad.short} passed: nothing to bisect", USAGE)
+            runs = f" (all {len(bad.runs)} runs passed)" if len(bad.runs) > 1 else ""
+            raise HarnessError(
+                f"the bad end {res.bad.short} passed: nothing to bisect{runs}", USAGE
+            )
         if bad.classification == SKIP:
             raise HarnessError(
                 f"the bad end {res.bad.short} does not show the expected failure "
@@ -139,6 +148,7 @@ class _Search:
             bad.index,
             variant,
             res.directory / "steps",
+            res.bad_rate,
         )
         res.steps.append(step)
         res.confirm = step
@@ -172,6 +182,11 @@ def bisect_step(opts: BisectOptions) -> int:
     it would be wrong to call every commit bad because of a typo)."""
     checkout = opts.run.checkout or Path.cwd()
     try:
+        if opts.auto:  # its rule needs the bad end's rate, which only `harness bisect` runs
+            raise HarnessError(
+                "--repeat auto needs the bad end's failure rate, which bisect-step never sees: "
+                "give --repeat N (or use harness bisect --repeat auto)"
+            )
         setup = setup_for(replace(opts, run=opts.run.but(checkout=checkout)))
         head = commit_info(setup.root, resolve(setup.root, "HEAD"))
     except HarnessError as exc:

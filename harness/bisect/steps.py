@@ -1,21 +1,26 @@
 """Testing one commit: a normal harness run of that commit's tree, classified good, bad or
-skip for the failure sought; repeated runs combined."""
+skip for the failure sought; repeated runs combined, and the rule that says when a commit has
+run enough (`RunPlan`, pure: docs/bisect.md, "Repeated runs")."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import outcome, variants
 from harness.bisect.model import (
+    AUTO,
     BAD,
     EXPECTS,
     GOOD,
     SKIP,
     UNREPEATABLE,
     BisectOptions,
+    Repeat,
     Setup,
     StepRecord,
+    posterior_miss,
 )
 from harness.config.defaults import default_pin
 from harness.config.pin import check_env, load_pin
@@ -27,6 +32,7 @@ from harness.pipeline.run import run_env
 from harness.report.runs import RunRow, row_from_error, row_from_report
 from harness.source.git import locate_checkout
 from harness.source.gitrepo import CommitInfo, toplevel
+from harness.stats import Rate, clean_runs_needed
 from harness.vocab import BisectRole, SourceKind
 
 COMMIT = "commit"  # a bisect run's coordinate: the commit it built
@@ -51,14 +57,92 @@ def combine(classes: Sequence[str]) -> str:
     return SKIP
 
 
+# ---------------------------------------------------------------- how many runs (pure)
+
+# --repeat auto at the bad end: at least this many runs and failures before its rate counts
+# (one failure in a few runs says little about the rate), within --repeat-cap
+MIN_BAD_RUNS, MIN_BAD_FAILURES = 5, 2
+# a good step makes the bad end's rate implausible: at most this chance that a commit failing
+# at that rate would have passed all its clean runs
+MISS_LEVEL = 0.05
+
+
+def clean_target(bad_rate: Rate, cap: int) -> int | None:
+    """The clean runs that make the bad end's failure rate implausible at 95%: under 5% of
+    passing n runs in a row at its observed rate (`stats.clean_runs_needed`), and at most 5%
+    over what its runs say the rate may be (`posterior_miss`: five runs do not pin a rate
+    down, and simulated bisects trusting the observed rate alone were right less often than
+    they said; at 2 failures in 5 runs it asks for 9 runs, not 6). None when more than `cap`
+    would be needed."""
+    n = clean_runs_needed(bad_rate.value, cap)
+    if n is None:
+        return None
+    while posterior_miss(n, bad_rate) > MISS_LEVEL and n <= cap:
+        n += 1
+    return n if n <= cap else None
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """How many runs one commit gets. `repeat` is N or "auto"; `bad_rate` is the bad end's
+    observed rate (None while the bad end itself runs)."""
+
+    repeat: Repeat
+    cap: int
+    bad_rate: Rate | None = None
+
+    @property
+    def target(self) -> int | None:
+        """The clean runs that make a commit good: N, or under auto the rule's number (None:
+        no rate known, or the cap is too low for it)."""
+        if self.repeat != AUTO:
+            return int(self.repeat)
+        if self.bad_rate is None or not self.bad_rate.runs:
+            return None
+        return clean_target(self.bad_rate, self.cap)
+
+    def miss(self, clean: int) -> float | None:
+        """The chance that a commit failing like the bad end passes `clean` runs."""
+        if self.bad_rate is None or not self.bad_rate.runs:
+            return None
+        return posterior_miss(clean, self.bad_rate)
+
+
+def bad_end_done(classes: Sequence[str], plan: RunPlan) -> bool:
+    """Whether the bad end has run enough. N: at its first failure (as a step) or after N
+    runs; auto: at least MIN_BAD_RUNS runs with MIN_BAD_FAILURES failures, or the cap."""
+    if plan.repeat != AUTO:
+        return step_done(classes, plan)
+    failures = sum(c == BAD for c in classes)
+    enough = len(classes) >= MIN_BAD_RUNS and failures >= MIN_BAD_FAILURES
+    return enough or len(classes) >= plan.cap
+
+
+def step_done(classes: Sequence[str], plan: RunPlan) -> bool:
+    """Whether a tested commit has run enough: bad at its first run that shows the failure;
+    good after its target of clean runs; under auto, unsettled at the cap (docs/bisect.md)."""
+    if classes and classes[-1] == BAD:
+        return True
+    if plan.repeat != AUTO:
+        return len(classes) >= int(plan.repeat)
+    target = plan.target
+    clean = sum(c == GOOD for c in classes)
+    return (target is not None and clean >= target) or len(classes) >= plan.cap
+
+
 def setup_for(opts: BisectOptions) -> Setup:
     """Validate everything that does not depend on the commit: an error here is the user's,
     not a property of some commit (so bisect-step aborts instead of skipping)."""
     run = opts.run
     if opts.expect not in EXPECTS:
         raise HarnessError(f"--expect must be one of {', '.join(EXPECTS)}, not {opts.expect!r}")
-    if opts.repeat < 1:
-        raise HarnessError(f"--repeat must be at least 1, not {opts.repeat}")
+    if opts.repeat != AUTO and (not isinstance(opts.repeat, int) or opts.repeat < 1):
+        raise HarnessError(f"--repeat must be a number of at least 1 or auto, not {opts.repeat}")
+    if opts.auto and opts.repeat_cap < MIN_BAD_RUNS:
+        raise HarnessError(
+            f"--repeat-cap must be at least {MIN_BAD_RUNS} (the bad end's fewest runs under "
+            f"--repeat auto), not {opts.repeat_cap}"
+        )
     scenario = load_scenario(run.scenario or run.env)
     pin = load_pin(run.pin or default_pin(run.checkout))
     if pin.source.kind != SourceKind.GIT:
@@ -98,6 +182,10 @@ def classify(row: RunRow, opts: BisectOptions) -> str:
     return classify_run(row.kind, row.location, opts.expect, opts.location)
 
 
+def plan_for(opts: BisectOptions, bad_rate: Rate | None) -> RunPlan:
+    return RunPlan(opts.repeat, opts.repeat_cap, bad_rate)
+
+
 def try_commit(
     setup: Setup,
     commit: CommitInfo,
@@ -105,16 +193,24 @@ def try_commit(
     index: int,
     variant: str,
     report_dir: Path,
+    bad_rate: Rate | None = None,
 ) -> StepRecord:
-    """Up to --repeat runs; stop at the first that shows the failure (bad is settled)."""
+    """Run until the plan says enough (`step_done`; `bad_end_done` for the bad end): a step
+    stops at the first run that shows the failure (bad is settled)."""
+    plan = plan_for(setup.opts, bad_rate)
+    done = bad_end_done if role is BisectRole.BAD_END else step_done
     runs: list[RunRow] = []
     classes: list[str] = []
-    for _ in range(setup.opts.repeat):
+    while not done(classes, plan):
         runs.append(run_once(setup, commit, variant, report_dir))
         classes.append(classify(runs[-1], setup.opts))
-        if classes[-1] == BAD or runs[-1].kind in UNREPEATABLE:
+        if runs[-1].kind in UNREPEATABLE:
             break
-    return StepRecord(role, index, commit, variant, combine(classes), runs, classes)
+    step = StepRecord(role, index, commit, variant, combine(classes), runs, classes)
+    if step.classification == GOOD and role is not BisectRole.BAD_END:
+        step.target = plan.target
+        step.miss = plan.miss(len(runs))
+    return step
 
 
 # ---------------------------------------------------------------- the search

@@ -14,7 +14,22 @@ from pathlib import Path
 from types import FrameType
 
 from harness import EARLY_SIGNALS, __version__, outcome
-from harness.cli import bisect, build, check, compare, doctor, pin, probe, report, run, sweep, watch
+from harness.cli import (
+    bisect,
+    build,
+    check,
+    collect,
+    compare,
+    diff,
+    doctor,
+    matrix,
+    pin,
+    probe,
+    report,
+    run,
+    sweep,
+    watch,
+)
 from harness.cli.options import Parser
 from harness.errors import HarnessError, Interrupted
 from harness.files import atomic_write
@@ -41,7 +56,22 @@ exit codes:
 )
 
 # every command module: add_parser(sub) and command(args) -> exit code
-_MODULES = (run, watch, build, compare, sweep, check, report, probe, doctor, pin, bisect)
+_MODULES = (
+    run,
+    watch,
+    build,
+    compare,
+    sweep,
+    matrix,
+    collect,
+    check,
+    report,
+    diff,
+    probe,
+    doctor,
+    pin,
+    bisect,
+)
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 for _module in _MODULES:
     for _name in getattr(_module, "NAMES", None) or (_module.NAME,):

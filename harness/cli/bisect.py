@@ -12,11 +12,25 @@ from typing import Any
 
 from harness import outcome
 from harness.bisect import EXPECTS, BisectOptions, bisect, bisect_step, print_summary
+from harness.bisect.model import AUTO, DEFAULT_REPEAT_CAP, Repeat
 from harness.build import cache_root
 from harness.cli import options
 from harness.errors import HarnessError
 
 NAMES = ("bisect", "bisect-step")
+
+
+def repeat_value(text: str) -> Repeat:
+    """`--repeat`: a number of runs of at least 1, or `auto`."""
+    if text == AUTO:
+        return AUTO
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number nor auto: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (or auto), not {n}")
+    return n
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -35,9 +49,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--location", help="a bad commit's verdict must be located here (env_start)")
     p.add_argument(
         "--repeat",
-        type=options.positive_int,
+        type=repeat_value,
         default=1,
-        help="runs per commit: bad if any shows the failure, good only if all pass",
+        metavar="N|auto",
+        help="runs per commit: bad at the first that shows the failure, good after N clean "
+        "runs; auto: the bad end's failure rate decides how many clean runs make a commit "
+        "good (docs/bisect.md)",
     )
 
 
@@ -54,6 +71,13 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--good", required=True, help="a commit that passes")
     p.add_argument("--bad", required=True, help="a later commit that shows the failure")
     p.add_argument("--confirm-fix", metavar="VARIANT", help="also run this variant on the answer")
+    p.add_argument(
+        "--repeat-cap",
+        type=options.positive_int,
+        default=DEFAULT_REPEAT_CAP,
+        metavar="N",
+        help=f"with --repeat auto, the most runs of one commit (default {DEFAULT_REPEAT_CAP})",
+    )
     options.add_report_options(p)
     options.add_json_option(p, "the bisect's report.json")
     # its own usage errors must abort `git bisect run` (255): any code from 1 to 127 would
@@ -79,6 +103,7 @@ def _options(args: argparse.Namespace) -> BisectOptions:
         expect=args.expect,
         location=args.location,
         repeat=args.repeat,
+        repeat_cap=getattr(args, "repeat_cap", DEFAULT_REPEAT_CAP),
         confirm_fix=getattr(args, "confirm_fix", None),
     )
 

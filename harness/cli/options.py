@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from harness.cli.assignments import split_assignments
+from harness.cli.hostopts import add_host_options, host_conditions
 from harness.config.fields import MAX_SECONDS
 from harness.execute.runner import SampleOptions
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S
@@ -196,9 +197,11 @@ def add_json_option(p: argparse.ArgumentParser, what: str = "report.json") -> No
 
 
 def add_watch_options(p: argparse.ArgumentParser, trainer_args: bool = True, per: str = "") -> None:
-    """Everything a watched run takes: limits, the command's env (and args), sampling."""
+    """Everything a watched run takes: limits, the command's env (and args), the host
+    conditions, sampling."""
     add_limit_options(p, per)
     add_trainer_options(p, "command" if not trainer_args else "trainer", args=trainer_args)
+    add_host_options(p)
     add_sampling_options(p)
     add_progress_options(p)
 
@@ -232,4 +235,36 @@ def run_options(args: argparse.Namespace, variant: str | None = None) -> RunOpti
         tee=args.tee,
         harness_argv=list(sys.argv),
         progress=progress(args, f"harness {args.command} {args.env}"),
+        conditions=host_conditions(args),
+    )
+
+
+def add_knob_options(p: argparse.ArgumentParser) -> None:
+    """A sweep's knobs (`--set`, `--env`, `--variants`, `--host`): sweep and matrix (the
+    dests `pipeline.sweep.parse_knobs` reads)."""
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=V1,V2",
+        dest="sets",
+        help="a trainer config knob and its values, passed as --section.key=value (repeatable)",
+    )
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        dest="env_knobs",
+        help="an environment variable of the trainer and its values, e.g. "
+        "OMP_WAIT_POLICY=active,passive (repeatable)",
+    )
+    p.add_argument(
+        "--variants", help="comma list of variants, e.g. stock,omp-free (a build per variant)"
+    )
+    p.add_argument(
+        "--host",
+        dest="host_knob",
+        metavar="PROFILE1,PROFILE2",
+        help="host profiles (hosts/*.toml) as an axis, e.g. container-1cpu,noisy-2cpu",
     )

@@ -26,7 +26,7 @@ def add_repeat_options(p: argparse.ArgumentParser, auto: bool = False, default: 
         "--repeat",
         default=str(default) if default != 0 else AUTO,
         metavar=what,
-        help=f"runs per cell (default {default if default else AUTO}): a rate with its 95% "
+        help=f"runs per cell (default {default if default else AUTO}): a rate with its 95%% "
         f"interval, every run's report kept{more}",
     )
     if auto:

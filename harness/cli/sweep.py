@@ -29,32 +29,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "could not run.",
     )
     options.add_env_argument(p)
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=V1,V2",
-        dest="sets",
-        help="a trainer config knob and its values, passed as --section.key=value (repeatable)",
-    )
-    p.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=V1,V2",
-        dest="env_knobs",
-        help="an environment variable of the trainer and its values, e.g. "
-        "OMP_WAIT_POLICY=active,passive (repeatable)",
-    )
-    p.add_argument(
-        "--variants", help="comma list of variants, e.g. stock,omp-free (a build per variant)"
-    )
-    p.add_argument(
-        "--host",
-        dest="host_knob",
-        metavar="PROFILE1,PROFILE2",
-        help="host profiles (hosts/*.toml) as an axis, e.g. container-1cpu,noisy-2cpu",
-    )
+    options.add_knob_options(p)
     repeating.add_repeat_options(p)
     options.add_scenario_options(p)
     options.add_source_options(p, variant=False)

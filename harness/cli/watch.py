@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli import options
+from harness.cli import hostopts, options, repeating
 from harness.cli.output import finish
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S
 from harness.pipeline.options import WatchOptions
+from harness.pipeline.repeat import repeat_watch
 from harness.pipeline.run import watch_command
+from harness.report import store
 
 NAME = "watch"
 DEFAULT_LIMIT_S = 600.0
@@ -36,6 +38,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "--cwd", type=Path, default=Path("."), help="the command's working folder (default: .)"
     )
     options.add_watch_options(p, trainer_args=False)
+    repeating.add_repeat_options(p)
     options.add_report_options(p)
     options.add_json_option(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
@@ -59,5 +62,13 @@ def command(args: argparse.Namespace) -> int:
         tee=args.tee,
         harness_argv=list(sys.argv),
         progress=options.progress(args, f"harness watch {Path(cmd[0]).name if cmd else ''}"),
+        conditions=hostopts.host_conditions(args),
     )
-    return finish(watch_command(opts), args.json)
+    plan = repeating.repeat_plan(args)
+    if not plan.repeated:
+        return finish(watch_command(opts), args.json)
+    name = Path(cmd[0]).name if cmd else "command"
+    out = args.report_dir / store.new_run_id(f"repeat-{name}")
+    rows = repeat_watch(opts, plan, out)
+    title = f"harness watch {name} --repeat {plan.describe()}"
+    return repeating.finish_repeat(title, None, rows, out, args.json)

@@ -1,6 +1,7 @@
 """The JSON Schemas of the config files, generated from their pydantic models (so an editor
-can validate a pin or a scenario as it is typed): `harness pin schema` writes them, and
-docs/pin-schema.md and docs/scenario-schema.md are tested against them."""
+can validate a pin, a scenario or a host profile as it is typed): `harness pin schema` writes
+them, and docs/pin-schema.md, docs/scenario-schema.md and docs/hosts.md are tested against
+them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness.config.causes import CausesModel
+from harness.config.hostprofile import HostProfileModel
 from harness.config.models import PinModel
 from harness.config.scenario import ScenarioModel
 from harness.config.transform import TransformModel
@@ -18,6 +20,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "scenario": ScenarioModel,
     "transform": TransformModel,
     "causes": CausesModel,
+    "host": HostProfileModel,
 }
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 

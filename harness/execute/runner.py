@@ -17,7 +17,11 @@ from typing import TextIO
 import psutil
 
 from harness import dashboard
+from harness.config.hostprofile import parse_cpu_list
+from harness.dashboard.registry import Parser
 from harness.errors import HarnessError, Interrupted
+from harness.execute import conditions as host
+from harness.execute.load import NoisyNeighbour
 from harness.execute.output import OutputPump
 from harness.execute.watchdog import Limits, Pause, Trigger, Watchdog, pause_threshold
 from harness.execute.watchloop import WATCH_INTERVAL_S, WatchLoop
@@ -43,6 +47,9 @@ class RunSpec:
     env: Mapping[str, str]  # the complete environment of the command
     parser: str  # a dashboard parser name; "lines" = every output line is progress
     log_path: Path
+    # the CPUs, quota, memory limit and noisy neighbour the trainer runs under (its env
+    # presets are already in `env`: the pipeline puts them there, under the trainer's --env)
+    conditions: host.HostConditions = field(default_factory=host.HostConditions)
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,10 @@ class RunOutcome:
     notes: list[str] = field(default_factory=list)
     # time the harness did not see (stopped, starved, suspended): the first MAX_PAUSES
     pauses: list[Pause] = field(default_factory=list)
+    # how each host condition was applied, one line each ("cpus 0 (sched_setaffinity …)")
+    conditions_applied: list[str] = field(default_factory=list)
+    # the CPUs the trainer was allowed right after its exec (/proc/PID/status); None: unread
+    affinity: list[int] | None = None
 
     @property
     def signal(self) -> int | None:
@@ -89,17 +100,19 @@ class RunOutcome:
 
 
 def _launch(
-    spec: RunSpec, guard: reaper.Reaper | None = None
+    spec: RunSpec, guard: reaper.Reaper | None = None, applied: host.Applied | None = None
 ) -> tuple[subprocess.Popen[bytes], int]:
     """Start the command in its own session, through the PR_SET_PDEATHSIG wrapper (the
-    kernel SIGKILLs it if the harness dies), and tell `guard`, the reaper, its pid and the
-    cookie in its environment (how the reaper finds descendants whose ancestry is lost)."""
+    kernel SIGKILLs it if the harness dies; it also sets the host conditions of `applied`
+    before the exec), and tell `guard`, the reaper, its pid and the cookie in its
+    environment (how the reaper finds descendants whose ancestry is lost)."""
+    applied = applied or host.Applied()
     cookie = reaper.new_cookie()
     read_fd, write_fd = os.pipe()
     status_r, status_w = os.pipe()  # the wrapper's exec errno, or EOF once it exec'd
     try:
         proc = subprocess.Popen(
-            reaper.pdeathsig_argv(spec.argv, status_w),
+            [*applied.prefix, *reaper.pdeathsig_argv(spec.argv, status_w, applied.wrapper)],
             cwd=spec.cwd,
             env={**spec.env, reaper.COOKIE_VAR: cookie},
             stdin=subprocess.DEVNULL,
@@ -120,7 +133,7 @@ def _launch(
     if guard is not None:
         guard.watch(proc.pid, cookie)
     try:
-        errno_ = reaper.exec_status(status_r)
+        failure = reaper.exec_failure(status_r)
     except BaseException:  # interrupted while the wrapper starts: kill it before raising
         proctree.kill_tree(proc, proc.pid)
         os.close(read_fd)
@@ -129,17 +142,32 @@ def _launch(
         raise
     finally:
         os.close(status_r)
-    if errno_ is None:
+    if failure is None:
         return proc, read_fd
     proc.wait()
     os.close(read_fd)
     if guard is not None:
         guard.release()
+    errno_, what = failure
+    if what != "exec":  # a host condition the kernel refused (a cpu offline since the check)
+        raise HarnessError(f"cannot apply {what} to {spec.argv[0]}: {os.strerror(errno_)}")
     if errno_ == errno.ENOENT:
         raise HarnessError(f"command not found: {spec.argv[0]} ({os.strerror(errno_)})")
     if errno_ == errno.EACCES:
         raise HarnessError(f"command not executable: {spec.argv[0]}")
     raise HarnessError(f"cannot run {spec.argv[0]}: {os.strerror(errno_)}")
+
+
+def _affinity(pid: int) -> list[int] | None:
+    """The CPUs `pid` may run on, as the kernel says (Cpus_allowed_list)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Cpus_allowed_list:"):
+                    return list(parse_cpu_list(line.split(":", 1)[1].strip()))
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _remember(pids: list[int], seen: dict[int, psutil.Process]) -> None:
@@ -234,11 +262,37 @@ def run_watched(
         raise HarnessError(str(exc)) from exc
     if not spec.cwd.is_dir():
         raise HarnessError(f"working directory {spec.cwd} does not exist")
+    applied = host.prepare(spec.conditions)  # a leaf cgroup: removed on every path below
+    try:
+        # before the trainer, so that it starts on busy CPUs; stopped on every path (and by
+        # PR_SET_PDEATHSIG if the harness dies)
+        with NoisyNeighbour.start(spec.conditions.load, spec.conditions.cpus) as load:
+            outcome = _watched(spec, limits, sampling, parser, applied, on_started, echo, on_tick)
+    finally:
+        applied.cleanup()
+    outcome.conditions_applied = [*applied.lines, *([load.line] if load.line else [])]
+    want = spec.conditions.cpus
+    if want is not None and outcome.affinity is not None and tuple(outcome.affinity) != want:
+        outcome.notes.append(f"the trainer got CPUs {outcome.affinity}, not {list(want)}")
+    return outcome
+
+
+def _watched(
+    spec: RunSpec,
+    limits: Limits,
+    sampling: SampleOptions,
+    parser: Parser,
+    applied: host.Applied,
+    on_started: Callable[[int], None] | None,
+    echo: TextIO | None,
+    on_tick: Callable[[Tick], None] | None,
+) -> RunOutcome:
     guard = reaper.start()  # before `before`: the reaper is ours, not an adopted orphan
     before = {p.pid for p in proctree.descendants(os.getpid())}
     wall_start = time.time()
-    proc, read_fd = _launch(spec, guard)
+    proc, read_fd = _launch(spec, guard, applied)
     start = time.monotonic()
+    affinity = _affinity(proc.pid)  # right after the exec, before the trainer can change it
     # a look far later than the watch loop's cadence is a pause of the harness
     dog = Watchdog(limits, start, pause_after_s=pause_threshold(WATCH_INTERVAL_S))
     seen: dict[int, psutil.Process] = {}
@@ -356,6 +410,7 @@ def run_watched(
         frames_total=pump.frames_total,
         notes=[*([f"output: {pump.error}"] if pump.error else []), *dog.pause_notes()],
         pauses=list(dog.pauses),
+        affinity=affinity,
     )
 
 

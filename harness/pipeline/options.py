@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from harness.execute.conditions import HostConditions
 from harness.execute.runner import SampleOptions
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S
 from harness.report.live import LiveProgress
@@ -35,6 +36,8 @@ class RunOptions:
     harness_argv: list[str] = field(default_factory=list)
     # live progress on stderr (a terminal line, or plain lines in CI); off: silent
     progress: LiveProgress = field(default_factory=LiveProgress.off, compare=False, repr=False)
+    # the CPUs, quota, memory, noisy neighbour and env presets of the run (docs/hosts.md)
+    conditions: HostConditions = field(default_factory=HostConditions)
 
     def but(self, **changes: Any) -> RunOptions:
         """A copy with some fields changed (one variant of a compare, one commit of a bisect)."""
@@ -43,8 +46,9 @@ class RunOptions:
 
 def option_flags(opts: RunOptions, *, watch: bool = False) -> list[str]:
     """The `harness run`/`compare` flags that repeat the setup of `opts` (pin, scenario,
-    checkout, steps, the trainer's --env and --arg); with `watch`, also how it is watched
-    (limits, drift, sampling). A sweep's cells and the compare a cause suggests use them."""
+    checkout, steps, the trainer's --env and --arg, the host conditions); with `watch`, also
+    how it is watched (limits, drift, sampling). A sweep's cells and the compare a cause
+    suggests use them."""
     flags: list[str] = []
     values: list[tuple[str, object]] = [
         ("--pin", opts.pin),
@@ -69,7 +73,9 @@ def option_flags(opts: RunOptions, *, watch: bool = False) -> list[str]:
         flags += ["--allow-drift"] if opts.allow_drift else []
         flags += [] if opts.sampling.enabled else ["--no-sample"]
         flags += ["--native", opts.sampling.native, "--python-stacks", opts.sampling.python]
-    return flags
+    # the host conditions are part of the setup: a hang that needs one CPU needs it in the
+    # compare the report suggests as much as in a sweep's cells
+    return flags + opts.conditions.flags()
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class WatchOptions:
     tee: bool = False
     harness_argv: list[str] = field(default_factory=list)
     progress: LiveProgress = field(default_factory=LiveProgress.off, compare=False, repr=False)
+    conditions: HostConditions = field(default_factory=HostConditions)
 
 
 @dataclass(frozen=True)

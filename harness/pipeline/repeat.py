@@ -16,13 +16,16 @@ from pathlib import Path
 
 from harness import outcome
 from harness.config.defaults import default_pin
-from harness.config.pin import Pin, load_pin
+from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError
+from harness.execute.conditions import check_available
 from harness.outcome import USAGE
 from harness.pipeline.children import MARGIN_S, ArgvFor, ChildRuns, run_child
 from harness.pipeline.options import RunOptions, WatchOptions, option_flags
+from harness.pipeline.run import check_watch
 from harness.pipeline.stages import limits_for, verify_prepare_build
+from harness.report import store
 from harness.report.matrix import write_matrix
 from harness.report.repeat import RUN_AXIS, combine, repeat_matrix
 from harness.report.runs import RunRow
@@ -306,6 +309,9 @@ def repeat_run(opts: RunOptions, plan: Repeat, out: Path) -> list[RunRow]:
     """`harness run ENV --repeat N`: the variant built once, then N child runs in `out`."""
     pin = load_pin(opts.pin or default_pin(opts.checkout))
     settings = load_scenario(opts.scenario or opts.env).settings(pin.lineage)
+    check_env(pin, settings.upstream_env)
+    check_available(opts.conditions)  # a quota this host cannot give: once, before any run
+    store.check_report_dir(out.parent)
     try:
         built = build_each(opts, pin, [opts.variant], settings.upstream_env)[opts.variant]
         if built.startswith(FAILED):  # every run would fail the same way: say it once
@@ -319,6 +325,8 @@ def repeat_run(opts: RunOptions, plan: Repeat, out: Path) -> list[RunRow]:
 
 def repeat_watch(opts: WatchOptions, plan: Repeat, out: Path) -> list[RunRow]:
     """`harness watch --repeat N -- CMD`: N child watches of the command in `out`."""
+    check_watch(opts)  # a missing command fails once, not once per run
+    store.check_report_dir(out.parent)
     try:
         target = Target(out, watch_argv(opts))
         limit_s = opts.timeout_s + MARGIN_S

@@ -20,8 +20,10 @@ from harness.config.defaults import default_pin
 from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import RunSettings, Scenario, load_scenario
 from harness.config.signatures import Signatures, load_signatures
+from harness.doctor.fingerprint import take_fingerprint
 from harness.errors import HarnessError, Interrupted
 from harness.execute import runner
+from harness.execute.conditions import check_available
 from harness.execute.watchdog import Limits
 from harness.files import write_failure
 from harness.outcome import BUILD_FAILED, USAGE, Kind, interrupted_code
@@ -89,6 +91,11 @@ def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: Signatures
     )
     if outcome.cleanup.leftover:
         report.notes.append(f"processes left after cleanup: {outcome.cleanup.leftover}")
+    # how each condition was applied ("cpus 0 (sched_setaffinity, inherited)") is for people;
+    # the affinity the trainer got is a fact of the host (report.host, harness diff)
+    report.notes += [f"host: {line}" for line in outcome.conditions_applied]
+    if report.host is not None and outcome.affinity is not None:
+        report.host.trainer_affinity = sorted(outcome.affinity)
     report.verdict = classify.classify(
         outcome.trigger,
         outcome.reason,
@@ -113,7 +120,15 @@ def _interrupted_code(outcome: runner.RunOutcome) -> int | None:
     return interrupted_code(outcome.interrupt_signal) if outcome.interrupt_signal else None
 
 
+def _record_host(report: Report, spec: runner.RunSpec) -> None:
+    """The conditions the run imposes and the host it runs on, before the launch (the
+    trainer's own affinity is filled in from the outcome)."""
+    report.conditions = spec.conditions
+    report.host = take_fingerprint(spec.env, spec.conditions.cpus)
+
+
 def run_env(opts: RunOptions) -> tuple[Report, int]:
+    check_available(opts.conditions)  # a quota this host cannot give: now, not after a build
     scenario: Scenario = load_scenario(opts.scenario or opts.env)
     pin = load_pin(opts.pin or default_pin(opts.checkout))
     settings = scenario.settings(pin.lineage)
@@ -222,7 +237,8 @@ def _run_env_stages(
     steps = opts.steps if opts.steps is not None else settings.steps
     argv = shlex.split(pin.render_run(settings.upstream_env, steps, shlex.quote(str(built.tree))))
     argv += list(settings.args) + opts.trainer_args
-    overrides = {**pin.run_env, **settings.env, **opts.trainer_env}
+    # the host profile's presets under the trainer's own --env
+    overrides = {**pin.run_env, **settings.env, **opts.conditions.env, **opts.trainer_env}
     run_dir = built.tree
     if pin.run_cwd == "report":  # a trainer that writes into its cwd gets its own folder
         run_dir = report.artifact("workdir")
@@ -236,8 +252,10 @@ def _run_env_stages(
         env=runner.command_env(overrides),
         parser=pin.parser,
         log_path=report.artifact("output.log"),
+        conditions=opts.conditions,
     )
     report.command = CommandInfo(argv=argv, cwd=str(run_dir), env=overrides, steps=steps)
+    _record_host(report, spec)
     store.save(report, "run")
     sampling = opts.sampling
     if not sampling.own_roots:
@@ -287,7 +305,8 @@ def _run_env_stages(
     return report, interrupted if interrupted is not None else verdict.exit_code
 
 
-def watch_command(opts: WatchOptions) -> tuple[Report, int]:
+def check_watch(opts: WatchOptions) -> None:
+    """What `harness watch` refuses before anything runs (a repeated watch too)."""
     if not opts.argv:
         raise HarnessError("harness watch needs a command after '--'", USAGE)
     try:
@@ -297,21 +316,29 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
     exe = opts.argv[0]
     if shutil.which(exe, path=os.environ.get("PATH")) is None and not Path(opts.cwd, exe).exists():
         raise HarnessError(f"command not found: {exe}", USAGE)
+    check_available(opts.conditions)  # a quota this host cannot give: before the report
+
+
+def watch_command(opts: WatchOptions) -> tuple[Report, int]:
+    check_watch(opts)
     store.check_report_dir(opts.report_dir)  # a folder that cannot hold a report: now, not after
-    run_id = store.new_run_id(f"watch-{Path(exe).name}")
+    run_id = store.new_run_id(f"watch-{Path(opts.argv[0]).name}")
     report = Report(run_id, opts.report_dir / run_id, list(opts.harness_argv), "watch").claim()
     limits = Limits(opts.timeout_s, opts.startup_s, opts.stall_s, opts.quiescent_s)
     report.limits = limits
+    env = {**opts.conditions.env, **opts.trainer_env}  # presets under the command's --env
     report.command = CommandInfo(
-        argv=list(opts.argv), cwd=str(opts.cwd), env=dict(opts.trainer_env), parser=opts.parser
+        argv=list(opts.argv), cwd=str(opts.cwd), env=env, parser=opts.parser
     )
     spec = runner.RunSpec(
         argv=list(opts.argv),
         cwd=opts.cwd,
-        env=runner.command_env(opts.trainer_env),
+        env=runner.command_env(env),
         parser=opts.parser,
         log_path=report.artifact("output.log"),
+        conditions=opts.conditions,
     )
+    _record_host(report, spec)
     try:
         # from the first write to the last (a signal, a failure while diagnosing or
         # writing): a finished report, never one stuck at "running"

@@ -267,9 +267,33 @@ def _note(message: str) -> None:
         os.write(2, f"harness reaper: {message}\n".encode())
 
 
-def exec_with_pdeathsig(parent: int, status_fd: int, argv: list[str]) -> int:
-    """The trainer's first moments: ask the kernel for SIGKILL when the harness dies, then
-    exec the command; on failure, send its errno back through `status_fd`."""
+def _apply(option: str) -> None:
+    """One host condition, set in this process before it execs the command, so that every
+    thread and child of it inherits it (harness.execute.conditions makes the options)."""
+    key, _, value = option.partition("=")
+    if key == "cgroup":  # join the leaf cgroup: "0" is the writing process itself
+        with open(os.path.join(value, "cgroup.procs"), "w") as procs:
+            procs.write("0")
+    elif key == "as":
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (int(value), int(value)))
+    elif key == "cpus":
+        cpus: set[int] = set()
+        for part in value.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+        os.sched_setaffinity(0, cpus)
+    else:
+        raise OSError(22, f"unknown condition {key!r}")
+
+
+def exec_with_pdeathsig(
+    parent: int, status_fd: int, argv: list[str], options: Sequence[str] = ()
+) -> int:
+    """The trainer's first moments: ask the kernel for SIGKILL when the harness dies, apply
+    the host conditions (`options`: cgroup=DIR, as=BYTES, cpus=LIST), then exec the command;
+    on failure, send "ERRNO WHAT" back through `status_fd`."""
     import ctypes  # only here: the reaper process never needs it
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -277,19 +301,27 @@ def exec_with_pdeathsig(parent: int, status_fd: int, argv: list[str]) -> int:
     if os.getppid() != parent:  # the harness died before prctl: do not start at all
         return 137
     os.set_inheritable(status_fd, False)  # a successful exec closes it: EOF, no errno
+    what = "exec"
     try:
+        for option in options:
+            what = option.partition("=")[0]
+            _apply(option)
+        what = "exec"
         os.execvp(argv[0], argv)
     except OSError as exc:
-        os.write(status_fd, f"{exc.errno}\n".encode())
+        os.write(status_fd, f"{exc.errno or 22} {what}\n".encode())
+    except ValueError:  # a malformed option: the harness's bug, said as EINVAL
+        os.write(status_fd, f"22 {what}\n".encode())
     return 127
 
 
 def main(args: list[str]) -> int:
     if args[:1] == ["serve"] and len(args) == 3:
         return serve(int(args[1]), int(args[2]))
-    if args[:1] == ["exec"] and len(args) >= 4 and args[3] == "--":
-        return exec_with_pdeathsig(int(args[1]), int(args[2]), args[4:])
-    _note("usage: reaper.py serve CTL_FD HARNESS_PID | exec PARENT_PID STATUS_FD -- ARGV...")
+    if args[:1] == ["exec"] and "--" in args[3:]:
+        end = args.index("--", 3)
+        return exec_with_pdeathsig(int(args[1]), int(args[2]), args[end + 1 :], args[3:end])
+    _note("usage: reaper.py serve CTL_FD HARNESS_PID | exec PARENT_PID STATUS_FD [K=V ...] -- ARGV")
     return 2
 
 
@@ -301,10 +333,11 @@ def _python(*args: str) -> list[str]:
     return [sys.executable, "-I", "-S", os.path.abspath(__file__), *args]
 
 
-def pdeathsig_argv(argv: Sequence[str], status_fd: int) -> list[str]:
+def pdeathsig_argv(argv: Sequence[str], status_fd: int, options: Sequence[str] = ()) -> list[str]:
     """`argv` wrapped so that it runs with PR_SET_PDEATHSIG(SIGKILL) toward this process
-    (pass `status_fd`, the write end of a pipe, to the child; see `exec_status`)."""
-    return _python("exec", str(os.getpid()), str(status_fd), "--", *argv)
+    (pass `status_fd`, the write end of a pipe, to the child; see `exec_status`), under the
+    host conditions `options` (see `exec_with_pdeathsig`)."""
+    return _python("exec", str(os.getpid()), str(status_fd), *options, "--", *argv)
 
 
 def new_cookie() -> str:
@@ -315,10 +348,18 @@ def new_cookie() -> str:
 
 def exec_status(read_fd: int) -> int | None:
     """Wait until the wrapped command has exec'd (None) or failed to (its errno)."""
+    failure = exec_failure(read_fd)
+    return None if failure is None else failure[0]
+
+
+def exec_failure(read_fd: int) -> tuple[int, str] | None:
+    """Wait until the wrapped command has exec'd (None) or failed to: (errno, the step that
+    failed: "exec", or a condition's key: "cpus", "as", "cgroup")."""
     data = b""
     while chunk := os.read(read_fd, 64):
         data += chunk
-    return int(data) if data.strip() else None
+    words = data.split()
+    return (int(words[0]), words[1].decode() if len(words) > 1 else "exec") if words else None
 
 
 class Reaper:

@@ -23,7 +23,9 @@ harness, or hostile. So it is read bounded and checked before anything uses it:
   hang"), a null where no null belongs, or a non-finite number in a typed field is an error
   naming the file and the key path (`…/report.json: not a harness report this version
   reads: limits.wall_s: inf is not a finite number`). Values inside free-form maps and
-  lists (metrics, a pin's tables) are data and are kept as written.
+  lists (metrics, a pin's tables) are data and are kept as written. So `host` (a
+  `HostFingerprint`) and `conditions` (`HostConditions`) are read typed like any field, and a
+  report from before they were recorded reads with both None.
 
 Every refusal is one `HarnessError` line with the USAGE exit code."""
 

@@ -17,6 +17,8 @@ from harness import __version__
 from harness.analysis.checks import CheckResult
 from harness.analysis.classify import Verdict
 from harness.build import BuildResult
+from harness.doctor.fingerprint import HostFingerprint
+from harness.execute.conditions import HostConditions
 from harness.execute.watchdog import Limits
 from harness.sampling.model import SampleSet
 
@@ -189,6 +191,11 @@ class Report:
     harness_pid: int | None = None
     harness_started: float | None = None
     harness_host: str | None = None
+    # the host as the run found it (doctor.fingerprint), and the conditions the run imposed
+    # on it (--cpus, --cpu-quota, --memory, --load, a --host profile); None on a report
+    # written before either was recorded (read back as None: report.load)
+    host: HostFingerprint | None = None
+    conditions: HostConditions | None = None
 
     def artifact(self, name: str) -> Path:
         return self.directory / name
@@ -258,4 +265,6 @@ class Report:
             "unwritten": dict(self.unwritten),
             "artifacts": {name: name for name in self.files()},
             "evidence": dict(self.evidence),
+            "host": self.host.to_json() if self.host is not None else None,
+            "conditions": self.conditions.to_json() if self.conditions is not None else None,
         }

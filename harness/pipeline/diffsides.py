@@ -1,0 +1,230 @@
+"""The two sides of `harness diff A B`, read: each a report (its folder or report.json) or a
+repeat aggregate (its folder or repeat.json). An aggregate stands for its runs' rates, with
+the settings and host of its first run's report, found inside the aggregate's folder.
+Everything is read through report.reading and report.load: bounded, inside its folder; bad
+input is one HarnessError line (USAGE)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import outcome
+from harness.contain import confined
+from harness.errors import HarnessError
+from harness.outcome import USAGE, Kind
+from harness.report.load import load_report
+from harness.report.matrix import SCHEMA_VERSION as AGGREGATE_SCHEMA_VERSION
+from harness.report.model import Report, plain
+from harness.report.reading import REPORT_JSON_LIMIT, read_json
+from harness.report.repeat import NOT_RAN
+from harness.stats import Rate
+
+REPORT_FILE = "report.json"
+REPEAT_FILE = "repeat.json"
+MAX_GROUPS = 1000  # failure groups read from an aggregate
+Bad = Callable[[str], HarnessError]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """How runs failed: kind, mechanism, location and top cause (a repeat group's key)."""
+
+    kind: str
+    mechanism: str | None = None
+    location: str | None = None
+    cause: str | None = None
+
+    def text(self) -> str:
+        where = f" in {self.location}" if self.location else ""
+        how = f" ({self.mechanism})" if self.mechanism else ""
+        why = f" [{self.cause}]" if self.cause else ""
+        return f"{self.kind}{how}{where}{why}"
+
+
+@dataclass
+class Side:
+    """A or B: what was given, what it is, the report its settings come from (None: an
+    aggregate whose first run's report is not in its folder), and its runs by kind."""
+
+    path: Path
+    what: str  # "report" | "repeat"
+    report: Report | None
+    counts: dict[Kind, int]
+    signatures: list[Signature]  # failures by signature, the most frequent first
+    verdict: Signature | None = None  # a single report's own verdict
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def runs(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def ran(self) -> int:
+        return sum(n for k, n in self.counts.items() if k not in NOT_RAN)
+
+    @property
+    def hang(self) -> Rate:
+        return Rate(self.counts.get(Kind.HANG, 0), self.ran)
+
+    @property
+    def failure(self) -> Rate:
+        failed = sum(n for k, n in self.counts.items() if outcome.reproduces(k))
+        return Rate(failed, self.ran)
+
+    def label(self) -> str:
+        title = self.report.title if self.report is not None else ""
+        return f"{self.what} {self.path}" + (f" ({title})" if title else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "what": self.what,
+            "report_dir": str(self.report.directory) if self.report is not None else None,
+            "runs": self.runs,
+            "ran": self.ran,
+            "counts": {str(k): n for k, n in self.counts.items()},
+            "hang_rate": self.hang.value,
+            "hang_rate_ci95": list(self.hang.ci95),
+            "failure_rate": self.failure.value,
+            "failure_rate_ci95": list(self.failure.ci95),
+            "verdict": plain(self.verdict),
+            "top_failure": plain(self.signatures[0]) if self.signatures else None,
+        }
+
+
+def read_side(path: Path) -> Side:
+    """A report or a repeat aggregate at `path` (a folder or its file); one HarnessError
+    line (USAGE) when it is neither, is damaged, or is newer than this harness reads."""
+    if path.is_dir():
+        if (path / REPORT_FILE).exists() or (path / REPORT_FILE).is_symlink():
+            return _report_side(path)
+        if (path / REPEAT_FILE).exists() or (path / REPEAT_FILE).is_symlink():
+            return _aggregate_side(path, REPEAT_FILE)
+        raise HarnessError(
+            f"not a harness report or repeat aggregate: {path} has no {REPORT_FILE} "
+            f"or {REPEAT_FILE}",
+            USAGE,
+        )
+    if not path.exists() and not path.is_symlink():
+        raise HarnessError(f"not a harness report or repeat aggregate: {path}: no such file")
+    if path.name == REPEAT_FILE:
+        return _aggregate_side(path.parent, path.name)
+    return _report_side(path)
+
+
+def _report_side(path: Path) -> Side:
+    report = load_report(path)
+    v = report.verdict
+    if v is None:  # an abandoned or failed run: its status stands for its verdict
+        kind = Kind.INTERRUPTED if report.status == "interrupted" else Kind.ERROR
+        sig = Signature(str(kind))
+        note = f"no verdict: the run is {report.status} at stage {report.stage}"
+        return Side(path, "report", report, {kind: 1}, [], sig, [note])
+    sig = Signature(
+        str(v.kind),
+        str(v.mechanism) if v.mechanism else None,
+        v.location,
+        v.causes[0].id if v.causes else None,
+    )
+    failed = [sig] if outcome.reproduces(v.kind) else []
+    return Side(path, "report", report, {v.kind: 1}, failed, sig)
+
+
+def _aggregate_side(folder: Path, name: str) -> Side:
+    where = folder / name
+    data = read_json(folder, name, "not a repeat aggregate", REPORT_JSON_LIMIT)
+    bad = _bad(where)
+    if not isinstance(data, dict) or data.get("mode") != "repeat":
+        raise bad('not an object with mode "repeat"')
+    version = data.get("schema_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise bad(f"schema_version {version!r} is not a number")
+    if version > AGGREGATE_SCHEMA_VERSION:
+        raise HarnessError(
+            f"{where}: schema_version {version} is newer than this harness reads "
+            f"({AGGREGATE_SCHEMA_VERSION}): read it with a newer harness",
+            USAGE,
+        )
+    counts = _kind_counts(data.get("counts"), bad)
+    signatures = _signatures(data.get("groups", []), bad)
+    report, notes = _first_run(folder, data.get("rows", []), data.get("directory"), bad)
+    return Side(where, "repeat", report, counts, signatures, None, notes)
+
+
+def _bad(where: Path) -> Bad:
+    """The maker of a damaged aggregate's one-line error."""
+    return lambda why: HarnessError(f"{where}: not a repeat aggregate this version reads: {why}")
+
+
+def _kind_counts(value: Any, bad: Bad) -> dict[Kind, int]:
+    if not isinstance(value, dict) or not value:
+        raise bad("counts: expected an object of verdict kind → runs")
+    counts: dict[Kind, int] = {}
+    for k, n in value.items():
+        try:
+            kind = outcome.kind_of(k)
+        except ValueError as exc:
+            raise bad(f"counts.{k}: {exc}") from None
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise bad(f"counts.{k}: {n!r} is not a count of runs")
+        counts[kind] = n
+    return counts
+
+
+def _signatures(value: Any, bad: Bad) -> list[Signature]:
+    if not isinstance(value, list):
+        raise bad("groups: expected an array")
+    found: list[tuple[int, Signature]] = []
+    for i, g in enumerate(value[:MAX_GROUPS]):
+        if not isinstance(g, dict) or not isinstance(g.get("kind"), str):
+            raise bad(f"groups[{i}]: expected an object with a kind")
+        try:
+            kind = outcome.kind_of(g["kind"])
+        except ValueError as exc:
+            raise bad(f"groups[{i}].kind: {exc}") from None
+        parts = [g.get(k) for k in ("mechanism", "location", "cause")]
+        if not all(p is None or isinstance(p, str) for p in parts):
+            raise bad(f"groups[{i}]: mechanism, location and cause are strings or null")
+        count = g.get("count", 0)
+        found.append((count if isinstance(count, int) else 0, Signature(str(kind), *parts)))
+    return [s for _, s in sorted(found, key=lambda cs: -cs[0])]
+
+
+def _first_run(
+    folder: Path, rows: Any, directory: Any, bad: Bad
+) -> tuple[Report | None, list[str]]:
+    """The report of the aggregate's first run, found inside the aggregate's folder: its
+    recorded folder when that is inside, else the same path under wherever the aggregate is
+    now (a CI artifact downloaded elsewhere). Never a folder outside it."""
+    if not isinstance(rows, list):
+        raise bad("rows: expected an array")
+    first = rows[0] if rows else None
+    recorded = first.get("report_dir") if isinstance(first, dict) else None
+    if not isinstance(recorded, str) or not recorded:
+        return None, ["its first run names no report folder: settings and host not compared"]
+    for rel in _candidates(folder, recorded, directory if isinstance(directory, str) else None):
+        try:
+            target = confined(folder, rel, what=f"{folder}: the first run's report")
+        except HarnessError:
+            continue
+        if (target / REPORT_FILE).is_file():
+            return load_report(target), []
+    note = f"its first run's report {recorded} is not inside {folder}: settings not compared"
+    return None, [note]
+
+
+def _candidates(folder: Path, recorded: str, directory: str | None) -> list[str]:
+    """Paths relative to `folder` that may hold the recorded report folder."""
+    out: list[str] = []
+    rec = Path(recorded)
+    bases = [folder.resolve(), *([Path(directory)] if directory else [])]
+    if rec.is_absolute():
+        for base in bases:
+            if rec.is_relative_to(base):
+                out.append(str(rec.relative_to(base)))
+    else:
+        out.append(recorded)
+    return [p for p in out if p not in ("", ".")]

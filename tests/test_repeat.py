@@ -1,0 +1,155 @@
+"""`--repeat N`, `--until-fail` and `--jobs` on real programs: every run a child harness
+with its own report folder, the runs told together (repeat.json, report.html, the summary
+line), a lock-order race that deadlocks in only some runs reported with both outcomes and
+its hangs under one signature, and nothing left behind, interrupted or not."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.harness_cli import ROOT, harness
+
+pytestmark = pytest.mark.timeout(300)
+# a deadlocked C program is quiescent at once: a verdict about a second after its start
+FAST = ("--startup", "5", "--stall", "5", "--quiescent", "1", "--timeout", "30", "--quiet")
+
+
+def aggregate_of(root: Path) -> tuple[Path, dict[str, Any]]:
+    (folder,) = [p.parent for p in root.glob("*/repeat.json")]
+    data: dict[str, Any] = json.loads((folder / "repeat.json").read_text())
+    return folder, data
+
+
+def left_running(name: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["name", "status"]):
+        if p.info["name"] == name[:15] and p.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(p)
+    return found
+
+
+def test_three_runs_of_a_deadlock(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
+    exe = c_program("mutex_deadlock")
+    res = harness("watch", "--repeat", "3", "--jobs", "2", *FAST, "--", str(exe),
+                  report_root=tmp_path)  # fmt: skip
+    assert res.code == 2, res.stdout + res.stderr  # the hang's exit code
+    folder, data = aggregate_of(tmp_path)
+    assert (data["mode"], data["runs"], data["counts"]) == ("repeat", 3, {"hang": 3})
+    assert data["hang_rate"] == 1.0 and data["hang_rate_ci95"][0] == pytest.approx(0.4385, 1e-3)
+    (group,) = data["groups"]
+    assert (group["kind"], group["cause"], group["count"]) == ("hang", "lock-cycle", 3)
+    assert group["location"] == "transfer_a_to_b"
+    runs = sorted((folder / "runs").iterdir())
+    assert [r.name for r in runs] == ["001", "002", "003"]
+    for run, row in zip(runs, data["rows"], strict=True):
+        (report,) = run.glob("*/report.json")
+        assert row["report_dir"] == str(report.parent) and row["values"] == {"run": run.name[-1]}
+        assert json.loads(report.read_text())["verdict"]["kind"] == "hang"
+    assert "hang 3/3 (100%, 95% CI 44–100%) — all in transfer_a_to_b (lock-cycle)" in res.stdout
+    page = (folder / "report.html").read_text()
+    assert page.count(">report</a>") == 3 and "hang 3/3" in page
+    assert not left_running(exe.name)
+
+
+def test_a_race_that_deadlocks_sometimes(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
+    """`--repeat 30` on a lock-order race: both outcomes, every hang one lock-cycle group,
+    and an interval that holds the rate measured by plain runs of the same program."""
+    from tests.test_sometimes_programs import plain_hang_rate
+
+    exe = c_program("flaky_lockorder")
+    hangs, runs = plain_hang_rate(exe, 30, 1.5)
+    res = harness("watch", "--repeat", "30", "--jobs", "2", "--json", *FAST, "--", str(exe),
+                  report_root=tmp_path, timeout=280)  # fmt: skip
+    _, data = aggregate_of(tmp_path)
+    assert json.loads(res.stdout)["runs"] == 30 == data["runs"]
+    counts = data["counts"]
+    assert counts.get("hang", 0) >= 1 and counts.get("pass", 0) >= 1, counts
+    assert set(counts) == {"hang", "pass"}, counts
+    (group,) = data["groups"]  # every hang alike
+    assert (group["kind"], group["cause"], group["count"]) == ("hang", "lock-cycle", counts["hang"])
+    lo, hi = data["hang_rate_ci95"]
+    assert lo <= hangs / runs <= hi, (hangs, runs, data["hang_rate_ci95"])
+    assert res.code == 2
+    assert not left_running(exe.name)
+
+
+def test_until_fail_stops_at_the_first_failure(
+    tmp_path: Path, c_program: Callable[[str], Path]
+) -> None:
+    exe = c_program("mutex_deadlock")
+    res = harness("watch", "--repeat", "5", "--until-fail", *FAST, "--", str(exe),
+                  report_root=tmp_path)  # fmt: skip
+    _, data = aggregate_of(tmp_path)
+    assert res.code == 2 and data["runs"] == 1 and data["counts"] == {"hang": 1}, data
+    ok = harness("watch", "--repeat", "3", "--until-fail", *FAST, "--", "true",
+                 report_root=tmp_path / "ok")  # fmt: skip
+    _, data = aggregate_of(tmp_path / "ok")
+    assert ok.code == 0 and data["counts"] == {"pass": 3}, ok.stderr
+    assert data["summary"].startswith("pass 3/3: no failure (failure rate 95% CI 0–56%)")
+
+
+def test_bad_repeat_input_is_one_line(tmp_path: Path) -> None:
+    for args, text in [
+        (("--repeat", "0"), "--repeat takes a positive number or auto, not '0'"),
+        (("--repeat", "many"), "--repeat takes a positive number or auto, not 'many'"),
+        (("--repeat", "auto"), "--repeat auto is for compare and bisect; give a number"),
+        (
+            ("--repeat", "2", "--until-fail", "--jobs", "x"),
+            "argument --jobs: not a whole number: 'x'",
+        ),
+    ]:
+        res = harness("watch", *args, "--", "true", report_root=tmp_path)
+        assert res.code == 5, (args, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert "Traceback" not in res.stderr and not list(tmp_path.iterdir()), res.stderr
+        # ours: one line; argparse's own: its usage, then one line that says what is wrong
+        assert text in lines[-1] and (len(lines) == 1 or lines[0].startswith("usage:")), lines
+
+
+def test_an_interrupt_stops_every_run(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
+    """SIGINT while two runs hang (a long quiescence window keeps them running): both child
+    harnesses are stopped, their trainers killed, and the harness exits 130."""
+    exe = c_program("mutex_deadlock")
+    argv = [sys.executable, "-m", "harness", "watch", "--repeat", "4", "--jobs", "2",
+            "--quiescent", "60", "--stall", "60", "--quiet", "--report-dir", str(tmp_path),
+            "--", str(exe)]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while len(left_running(exe.name)) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, "runs never started"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert not left_running(exe.name)
+    partial = list(tmp_path.glob("*/runs/*/*/report.json"))
+    assert len(partial) == 2, partial
+    for report in partial:
+        assert json.loads(report.read_text())["status"] == "interrupted"
+
+
+def test_every_command_formats_its_help() -> None:
+    """argparse %-formats each option's help: a bare "95%" in one (the repeat group's)
+    turned every `--help` of run, watch, compare and sweep into an internal error."""
+    import argparse
+
+    from harness.cli import COMMANDS, build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(COMMANDS) <= set(sub.choices)
+    for name, command_parser in sub.choices.items():
+        assert command_parser.format_help().startswith("usage:"), name
