@@ -51,6 +51,18 @@ RESULT_COLUMNS: tuple[Column, ...] = (
 REPORT_COLUMN = Column("report", lambda r: r.report_dir)
 
 
+def _runs_text(row: RunRow) -> str | None:
+    """A repeated cell's runs: `2/3 failed`; None for a single run."""
+    if row.runs <= 1:
+        return None
+    failed = sum(n for k, n in row.kinds.items() if outcome.reproduces(k))
+    return f"{failed}/{row.runs} failed"
+
+
+# only where some row stands for repeated runs (after the verdict column)
+RUNS_COLUMN = Column("runs", _runs_text)
+
+
 @dataclass
 class Matrix:
     """A multi-run command's table: `mode` names its files (compare.json, sweep.md …)."""
@@ -74,7 +86,10 @@ class Matrix:
     def table_columns(self) -> list[Column]:
         if self.columns is not None:
             return self.columns
-        return [*map(axis, self.axes), *RESULT_COLUMNS, REPORT_COLUMN]
+        results = list(RESULT_COLUMNS)
+        if any(r.runs > 1 for r in self.rows):
+            results.insert(1, RUNS_COLUMN)
+        return [*map(axis, self.axes), *results, REPORT_COLUMN]
 
     def table(self) -> list[str]:
         """The Markdown table (compare.md, sweep.md, the step summary, bisect's steps)."""
