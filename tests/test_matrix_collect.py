@@ -183,6 +183,10 @@ def test_refusals_are_one_line(runs: Runs, tmp_path: Path) -> None:
     (linked / "run" / "report.json").rename(linked / "run" / "saved.json")
     (linked / "run" / "report.json").symlink_to("saved.json")
     cases.append(([linked], "report.json: a symbolic link"))
+    # runs of two different programs are no repeats of one cell (the command is no knob)
+    cases.append(
+        ([runs.separate[0], runs.cells["1"]], "the runs are not of one plan: their command")
+    )
     for dirs, text in cases:
         with pytest.raises(HarnessError) as info:
             collect(dirs)

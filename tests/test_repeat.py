@@ -149,6 +149,44 @@ def test_an_interrupt_stops_every_run(tmp_path: Path, c_program: Callable[[str],
     assert len(partial) == 2, partial
     for report in partial:
         assert json.loads(report.read_text())["status"] == "interrupted"
+    # the aggregate of what finished is written, and the last line names its folder
+    folder, data = aggregate_of(tmp_path)
+    assert data["runs"] == 2 and data["counts"] == {"interrupted": 2}, data
+    assert data["conclusion"][-1].startswith("interrupted by signal 2 after 2 finished run(s)")
+    assert err.decode().strip().splitlines()[-1] == (
+        f"harness: interrupted by signal 2 after 2 finished run(s); their table and every "
+        f"run's report: {folder}"
+    )
+
+
+def test_a_sigkilled_harness_leaves_no_run_behind(
+    tmp_path: Path, c_program: Callable[[str], Path]
+) -> None:
+    """SIGKILL of the harness (an OOM kill, a CI step timeout): each child harness dies with
+    it (PR_SET_PDEATHSIG through the reaper's exec wrapper), and each child's own reaper
+    kills its trainer."""
+    exe = c_program("mutex_deadlock")
+    argv = [sys.executable, "-m", "harness", "watch", "--repeat", "4", "--jobs", "2",
+            "--quiescent", "60", "--stall", "60", "--quiet", "--report-dir", str(tmp_path),
+            "--", str(exe)]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(left_running(exe.name)) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, "runs never started"
+            time.sleep(0.2)
+        children = [p for p in psutil.Process(proc.pid).children() if p.is_running()]
+        assert len(children) == 2, children
+        proc.kill()
+        proc.wait(timeout=10)
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, alive
+        deadline = time.monotonic() + 10
+        while left_running(exe.name) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left_running(exe.name)
+    finally:
+        proc.kill()
 
 
 def test_every_command_formats_its_help() -> None:

@@ -100,6 +100,19 @@ def test_a_fix_no_better_than_the_baseline_is_almost_never_confirmed() -> None:
         assert confirmed / 500 <= 0.03, (p, confirmed)
 
 
+def test_a_better_fix_is_not_refuted_on_an_unlucky_first_round() -> None:
+    """A fix that cuts a 30% hang to 10% can fail 1 of 4 runs as often as the baseline does:
+    that is no refutation (more runs are made); a "fix" that hangs as often as an always
+    hanging baseline is refuted at the first round."""
+    rng = random.Random(5)
+    refuted = [_auto_compare(rng, 0.3, 0.1, 40) for _ in range(300)]
+    assert refuted.count(Decision.REFUTED) / 300 <= 0.03, refuted.count(Decision.REFUTED)
+    judged = judge_compare([_row("stock", 4, 4), _row("fixed", 4, 4)])
+    assert judged.decision is Decision.REFUTED and "at least half as often" in judged.why
+    early = judge_compare([_row("stock", 1, 4), _row("fixed", 1, 4)])
+    assert early.decision is Decision.UNSETTLED and next_round(early, 4, 20) == 8
+
+
 def test_a_real_fix_is_confirmed_once_enough_runs_are_in() -> None:
     rng = random.Random(11)
     # a hang in every run: four runs each settle it

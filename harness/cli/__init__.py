@@ -33,6 +33,7 @@ from harness.cli import (
 from harness.cli.options import Parser
 from harness.errors import HarnessError, Interrupted
 from harness.files import atomic_write
+from harness.pipeline.repeat import RunsInterrupted
 from harness.pipeline.run import RunInterrupted
 from harness.text import terminal_safe
 
@@ -116,7 +117,12 @@ def _install_signal_handlers() -> None:
 
 def _interrupted(exc: Interrupted) -> int:
     """One line: where the interruption left the report (none before the run's folder)."""
-    if isinstance(exc, RunInterrupted):
+    if isinstance(exc, RunsInterrupted):
+        line = (
+            f"harness: interrupted by signal {exc.signum} after {exc.runs} finished run(s); "
+            f"their table and every run's report: {exc.folder}"
+        )
+    elif isinstance(exc, RunInterrupted):
         folder = exc.report.directory
         failed = exc.report.unwritten.get("report.json")
         where = (

@@ -8,7 +8,9 @@ from typing import Any
 
 from harness.cli import options, repeating
 from harness.config.defaults import compare_baseline
-from harness.pipeline.compare import compare_variants
+from harness.pipeline.compare import CompareResult, compare_variants
+from harness.pipeline.decide import judge_compare
+from harness.pipeline.repeat import RunsInterrupted
 from harness.report import store
 from harness.report.matrix import print_matrix, write_matrix
 
@@ -34,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     options.add_scenario_options(p)
     options.add_source_options(p, variant=False)
     options.add_watch_options(p)
-    repeating.add_repeat_options(p, auto=True, default=0)
+    repeating.add_repeat_options(p, auto=True, default=0, until_fail=False)
     options.add_report_options(p)
     options.add_json_option(p, "compare.json (with the folder it is in)")
 
@@ -46,7 +48,13 @@ def command(args: argparse.Namespace) -> int:
     plan = repeating.repeat_plan(args, auto=True)
     base = options.run_options(args, specs[0] if specs else compare_baseline())
     out = args.report_dir / store.new_run_id(f"compare-{args.env}")
-    result = compare_variants(base, specs, out, plan)
+    try:
+        result = compare_variants(base, specs, out, plan)
+    except RunsInterrupted as exc:  # the variants' runs so far, judged, then the exit code
+        if exc.rows:
+            partial = CompareResult(args.env, exc.rows, judge_compare(exc.rows), plan)
+            repeating.write_partial(partial.matrix(), exc)
+        raise
     matrix = result.matrix()
     write_matrix(matrix, out)
     print_matrix(matrix, out, args.json)

@@ -4,18 +4,21 @@ once for run, watch, compare and sweep, and how a repeated run ends on the termi
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.cli.options import positive_int
 from harness.errors import HarnessError
 from harness.outcome import USAGE
-from harness.pipeline.repeat import AUTO, DEFAULT_CAP, Repeat, parse_repeat
+from harness.pipeline.repeat import AUTO, DEFAULT_CAP, Repeat, RunsInterrupted, parse_repeat
 from harness.report import repeat as aggregate
-from harness.report.matrix import print_matrix, write_matrix
+from harness.report.matrix import Matrix, print_matrix, write_matrix
 from harness.report.runs import RunRow
 
 
-def add_repeat_options(p: argparse.ArgumentParser, auto: bool = False, default: int = 1) -> None:
+def add_repeat_options(
+    p: argparse.ArgumentParser, auto: bool = False, default: int = 1, until_fail: bool = True
+) -> None:
     what = "N or auto" if auto else "N"
     more = (
         "; auto: rounds until the decision is settled, at most --repeat-cap per variant"
@@ -37,11 +40,13 @@ def add_repeat_options(p: argparse.ArgumentParser, auto: bool = False, default: 
             metavar="N",
             help=f"with --repeat auto: the most runs per variant (default {DEFAULT_CAP})",
         )
-    p.add_argument(
-        "--until-fail",
-        action="store_true",
-        help="stop a cell's runs at its first failure (at most --repeat runs)",
-    )
+    if until_fail:  # not where a decision is taken on rates: they need a fixed n
+        p.add_argument(
+            "--until-fail",
+            action="store_true",
+            help="start no further run of a cell once one failed (at most --repeat runs; "
+            "runs already started with --jobs finish)",
+        )
     p.add_argument(
         "--jobs",
         type=positive_int,
@@ -52,12 +57,41 @@ def add_repeat_options(p: argparse.ArgumentParser, auto: bool = False, default: 
 
 def repeat_plan(args: argparse.Namespace, auto: bool = False) -> Repeat:
     runs, is_auto = parse_repeat(str(args.repeat), auto)
+    until_fail = getattr(args, "until_fail", False)
     if is_auto:
-        if args.until_fail:
+        if until_fail:
             raise HarnessError("--until-fail needs a number of runs, not --repeat auto", USAGE)
         return Repeat(args.repeat_cap, True, False, args.jobs)
     assert runs is not None
-    return Repeat(runs, False, args.until_fail, args.jobs)
+    return Repeat(runs, False, until_fail, args.jobs)
+
+
+def interrupted_note(exc: RunsInterrupted) -> str:
+    return (
+        f"interrupted by signal {exc.signum} after {exc.runs} finished run(s): the table holds them"
+    )
+
+
+def repeat_runs(
+    title: str, env: str | None, out: Path, as_json: bool, runs: Callable[[], list[RunRow]]
+) -> int:
+    """`runs()`, then their aggregate (finish_repeat); interrupted, the aggregate of the runs
+    that finished is written first, then the interrupt goes on to its exit code."""
+    try:
+        rows = runs()
+    except RunsInterrupted as exc:
+        if exc.rows:
+            m = aggregate.repeat_matrix(title, env, exc.rows, out)
+            m.conclusion.append(interrupted_note(exc))
+            write_matrix(m, out, also_report_html=True)
+        raise
+    return finish_repeat(title, env, rows, out, as_json)
+
+
+def write_partial(m: Matrix, exc: RunsInterrupted) -> None:
+    """A multi-run table of what finished before an interrupt, in the command's folder."""
+    m.conclusion.append(interrupted_note(exc))
+    write_matrix(m, exc.folder)
 
 
 def finish_repeat(title: str, env: str | None, rows: list[RunRow], out: Path, as_json: bool) -> int:

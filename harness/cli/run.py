@@ -39,6 +39,7 @@ def command(args: argparse.Namespace) -> int:
     if not plan.repeated:
         return finish(run_env(opts), args.json)
     out = args.report_dir / store.new_run_id(f"repeat-{args.env}")
-    rows = repeat_run(opts, plan, out)
     title = f"harness run {args.env} --repeat {plan.describe()}"
-    return repeating.finish_repeat(title, args.env, rows, out, args.json)
+    return repeating.repeat_runs(
+        title, args.env, out, args.json, lambda: repeat_run(opts, plan, out)
+    )

@@ -9,7 +9,8 @@ import argparse
 from typing import Any
 
 from harness.cli import options, repeating
-from harness.pipeline.sweep import parse_knobs, run_sweep
+from harness.pipeline.repeat import RunsInterrupted
+from harness.pipeline.sweep import SweepResult, conclude, parse_knobs, run_sweep
 from harness.report import store
 from harness.report.matrix import print_matrix, write_matrix
 
@@ -30,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     )
     options.add_env_argument(p)
     options.add_knob_options(p)
-    repeating.add_repeat_options(p)
+    repeating.add_repeat_options(p, until_fail=False)
     options.add_scenario_options(p)
     options.add_source_options(p, variant=False)
     options.add_limit_options(p, per=" per cell")
@@ -45,7 +46,14 @@ def command(args: argparse.Namespace) -> int:
     plan = repeating.repeat_plan(args)
     args.env_vars, args.trainer_args, args.variant = [], [], "stock"
     out = args.report_dir / store.new_run_id(f"sweep-{args.env}")
-    result = run_sweep(options.run_options(args), knobs, out, plan)
+    try:
+        result = run_sweep(options.run_options(args), knobs, out, plan)
+    except RunsInterrupted as exc:  # the cells that finished, judged, then the exit code
+        if exc.rows:
+            partial = SweepResult(args.env, knobs, exc.rows, out)
+            partial.conclusion = conclude(knobs, exc.rows)
+            repeating.write_partial(partial.matrix(), exc)
+        raise
     matrix = result.matrix()
     write_matrix(matrix, out)
     print_matrix(matrix, out, args.json)

@@ -69,6 +69,5 @@ def command(args: argparse.Namespace) -> int:
         return finish(watch_command(opts), args.json)
     name = Path(cmd[0]).name if cmd else "command"
     out = args.report_dir / store.new_run_id(f"repeat-{name}")
-    rows = repeat_watch(opts, plan, out)
     title = f"harness watch {name} --repeat {plan.describe()}"
-    return repeating.finish_repeat(title, None, rows, out, args.json)
+    return repeating.repeat_runs(title, None, out, args.json, lambda: repeat_watch(opts, plan, out))

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.outcome import Kind
-from harness.process import proctree
+from harness.process import proctree, reaper
 from harness.report.runs import RunRow, load_row
 
 MARGIN_S = 120.0  # startup, sampling and report writing on top of a run's wall limit
@@ -41,22 +41,42 @@ class ChildRuns:
         self.stopping = False
 
     def run(self, argv: list[str], timeout: float) -> tuple[int | None, str, bool]:
-        """(exit code, stderr, timed out); the code is None when the child was stopped."""
-        with self.lock:
-            if self.stopping:  # the parent is being stopped: start nothing new
-                return None, "the runs were stopped", False
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,  # the child's report folder says what it found
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                # a child's own summary and annotations would repeat the parent's table
-                env={k: v for k, v in os.environ.items() if k not in CHILD_ENV_DROP},
-            )
-            self.live.add(proc)
+        """(exit code, stderr, timed out); the code is None when the child was stopped.
+
+        The child starts through the reaper's exec wrapper (PR_SET_PDEATHSIG): if this
+        harness dies, even by SIGKILL, the kernel kills the child harness, whose own reaper
+        then kills its trainer's tree. The wrapper is tied to the thread that starts it,
+        which is the thread that waits for the child here."""
+        status_r, status_w = os.pipe()
+        try:
+            with self.lock:
+                if self.stopping:  # the parent is being stopped: start nothing new
+                    return None, "the runs were stopped", False
+                proc = subprocess.Popen(
+                    reaper.pdeathsig_argv(argv, status_w),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,  # the child's report folder says what it found
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    pass_fds=(status_w,),
+                    # a child's own summary and annotations would repeat the parent's table
+                    env={k: v for k, v in os.environ.items() if k not in CHILD_ENV_DROP},
+                )
+                self.live.add(proc)
+        except BaseException:
+            os.close(status_r)
+            raise
+        finally:
+            os.close(status_w)
         timed_out = False
         try:
+            try:
+                failed = reaper.exec_failure(status_r)
+            finally:
+                os.close(status_r)
+            if failed is not None:  # the harness's own Python could not start
+                proc.wait()
+                return None, f"cannot start the run's harness: {os.strerror(failed[0])}", False
             _, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
@@ -73,18 +93,28 @@ class ChildRuns:
 
     @staticmethod
     def stop(proc: subprocess.Popen[bytes]) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=STOP_GRACE_S)
-        proctree.kill_tree(proc, proc.pid)
+        ChildRuns.stop_many([proc])
+
+    @staticmethod
+    def stop_many(procs: list[subprocess.Popen[bytes]]) -> None:
+        """SIGTERM to every child's session at once (each kills its trainer and writes its
+        partial report), one shared grace period, then each whole session killed and reaped:
+        stopping eight children takes one grace period, not eight."""
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in procs:
+            proctree.kill_tree(proc, proc.pid)
 
     def stop_all(self) -> None:
         with self.lock:
             self.stopping = True
             running = list(self.live)
-        for proc in running:
-            self.stop(proc)
+        self.stop_many(running)
 
 
 # the child harness's argv for a report folder: the folder differs per run

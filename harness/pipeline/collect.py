@@ -221,12 +221,20 @@ def collect(dirs: Sequence[Path]) -> Collected:
     """Every run under `dirs`, grouped into cells by the coordinates that differ."""
     runs: list[_Run] = []
     envs: dict[str | None, None] = {}
+    plans: dict[str, str] = {}  # what must be the same in every run → its first value
     builds: dict[str, str] = {}
     what = ""
     for folder in find_reports(dirs):
         run, report = _read(folder)  # the report (its samples) is dropped here: only the row
         runs.append(run)
         envs[report.env] = None
+        for name, value in _plan(report).items():
+            if plans.setdefault(name, value) != value:
+                raise HarnessError(
+                    f"the runs are not of one plan: their {name} differs ({plans[name]!r} in "
+                    f"one, {value!r} in {folder}): collect them apart",
+                    USAGE,
+                )
         what = what or report.env or _program(report)
         built = _build_text(report)
         if built is not None:
@@ -243,6 +251,18 @@ def collect(dirs: Sequence[Path]) -> Collected:
             "two coordinates share a label: " + ", ".join(k.label for k in knobs), USAGE
         )
     return Collected(next(iter(envs)), what, knobs, _cells(runs, knobs), builds)
+
+
+def _plan(report: Report) -> dict[str, str]:
+    """What is no knob of a sweep and must be the same in every collected run: the pin, the
+    steps, and for a watched command the command itself (without its knob arguments)."""
+    plan = {"pin": report.pin.name if report.pin is not None else "-"}
+    if report.command is not None:
+        plan["steps"] = str(report.command.steps)
+        if report.env is None:  # a watched command: its argv is the plan
+            argv = [a for a in report.command.argv if not _SET_ARG.fullmatch(a)]
+            plan["command"] = " ".join(argv)
+    return plan
 
 
 def _program(report: Report) -> str:

@@ -4,7 +4,6 @@ harnesses (`--repeat N`, or `auto`: rounds until the decision is settled or the 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,7 @@ from harness import outcome, variants
 from harness.config.defaults import compare_baseline, default_pin
 from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import load_scenario
-from harness.errors import HarnessError
+from harness.errors import HarnessError, Interrupted
 from harness.outcome import USAGE
 from harness.pipeline.children import MARGIN_S, ChildRuns
 from harness.pipeline.decide import Judged, judge_compare, next_round
@@ -21,15 +20,18 @@ from harness.pipeline.options import RunOptions
 from harness.pipeline.repeat import (
     FAILED,
     Repeat,
+    RunsInterrupted,
     Target,
     build_each,
     combined,
+    progress_done,
     run_argv,
     run_rounds,
 )
 from harness.pipeline.stages import limits_for
 from harness.report.matrix import Matrix
 from harness.report.runs import RunRow, row_from_error
+from harness.vocab import Decision
 
 AXIS = "variant"
 
@@ -126,27 +128,25 @@ def _rounds(
         for i, spec in enumerate(specs)
     ]
     runnable = [i for i, s in enumerate(specs) if not builds.get(s, "").startswith(FAILED)]
-    lock = threading.Lock()
-    count = 0
-
-    def done(target: Target, row: RunRow) -> None:
-        nonlocal count
-        with lock:
-            count += 1
-            where = f" in {row.location}" if row.location else ""
-            opts.progress.phase("runs", f"{count}: {target.variant} → {row.kind}{where}")
-
+    done = progress_done(opts.progress)
     rows: dict[int, list[RunRow]] = {}
     runner = ChildRuns()
-    run_rounds(targets, {i: plan.first_round for i in runnable}, rows, plan, runner, limit_s, done)
-    while plan.auto:
-        table = _table(specs, targets, rows, builds)
-        have = min((len(rows.get(i, [])) for i in runnable), default=plan.runs)
-        want = next_round(judge_compare(table), have, plan.runs)
-        if want is None or _stopped(table):
-            break
-        more = {i: want - len(rows.get(i, [])) for i in runnable}
-        run_rounds(targets, more, rows, plan, runner, limit_s, done)
+    try:
+        first = {i: plan.first_round for i in runnable}
+        run_rounds(targets, first, rows, plan, runner, limit_s, done)
+        while plan.auto:
+            table = _table(specs, targets, rows, builds)
+            judged = judge_compare(table)
+            have = min((len(rows.get(i, [])) for i in runnable), default=plan.runs)
+            want = next_round(judged, have, plan.runs)
+            if want is None or _stopped(table):
+                break
+            # a baseline that has not failed yet: only it runs more (the fixes wait for it)
+            who = runnable[:1] if judged.decision is Decision.NOT_REPRODUCED else runnable
+            more = {i: want - len(rows.get(i, [])) for i in who}
+            run_rounds(targets, more, rows, plan, runner, limit_s, done)
+    except Interrupted as exc:
+        raise RunsInterrupted(exc.signum, _table(specs, targets, rows, builds), out) from None
     return _table(specs, targets, rows, builds)
 
 

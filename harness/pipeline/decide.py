@@ -62,22 +62,32 @@ def judge_compare(rows: Sequence[RunRow]) -> Judged:
         return Judged(Decision.REFUTED, "not confirmed: no fix variant given")
     shown_base = f"{base.variant} → {base.kind} {b.text()}{_where(base)}"
     bad: list[str] = []
-    unsettled: list[tuple[str, int]] = []
+    unsettled: list[tuple[str, int | None]] = []
     for fix in fixes:
         f = failure_rate([fix])
         if f.runs == 0:
             bad.append(f"{fix.variant} did not run ({fix.summary})")
         elif separated(f, b):
             continue
-        elif (need := runs_to_separate(f, b)) is None:
-            bad.append(f"{fix.variant} → {fix.kind} {f.text()}, not below the baseline's")
-        else:
-            unsettled.append((f"{fix.variant} {f.text()}", need))
+        elif _no_fix(f, b):
+            bad.append(
+                f"{fix.variant} → {fix.kind} {f.text()}: surely at least half as often as the "
+                "baseline"
+            )
+        else:  # None: not separable at the rates seen, though not surely no fix: more runs
+            unsettled.append((f"{fix.variant} {f.text()}", runs_to_separate(f, b)))
     if bad:
         return Judged(Decision.REFUTED, "not confirmed: " + "; ".join(bad) + f" ({shown_base})")
     if unsettled:
-        need = max(n for _, n in unsettled)
+        needs = [n for _, n in unsettled]
         fixes_shown = ", ".join(text for text, _ in unsettled)
+        if None in needs:  # a fix failing as often as the baseline, not yet surely
+            return Judged(
+                Decision.UNSETTLED,
+                f"not settled: {shown_base}; {fixes_shown}: no better than the baseline so "
+                "far, not yet surely no fix (more runs: --repeat auto)",
+            )
+        need = max(n for n in needs if n is not None)
         return Judged(
             Decision.UNSETTLED,
             f"not settled: {shown_base}; {fixes_shown}: about {need} runs per variant would "
@@ -86,6 +96,15 @@ def judge_compare(rows: Sequence[RunRow]) -> Judged:
         )
     shown = ", ".join(f"{r.variant} → {_fails(r)}" for r in fixes)
     return Judged(Decision.CONFIRMED, f"fix confirmed: {shown_base}; {shown}")
+
+
+def _no_fix(fix: Rate, base: Rate) -> bool:
+    """Surely no fix: the fix fails at least as often as the baseline so far, and its 95%
+    lower bound is at least half the baseline's upper bound (it surely keeps half of the
+    failures the baseline may have, or more). At 4/4 against 4/4 that holds (51% against
+    50%); at 2/4 against 1/4 it does not (15% against 35%): a better fix may have been
+    unlucky and the baseline lucky, so more runs are made."""
+    return fix.value >= base.value and fix.ci95[0] >= 0.5 * base.ci95[1]
 
 
 def next_round(judged: Judged, have: int, cap: int) -> int | None:
@@ -97,7 +116,7 @@ def next_round(judged: Judged, have: int, cap: int) -> int | None:
     if have >= cap:
         return None
     if judged.decision is Decision.UNSETTLED:
-        return min(cap, max(judged.runs_needed or 0, have + 1))
+        return min(cap, max(judged.runs_needed or 2 * have, have + 1))
     if judged.decision is Decision.NOT_REPRODUCED and judged.ran:
         return min(cap, 2 * have)
     return None
@@ -167,9 +186,15 @@ def judge_knob(label: str, groups: Sequence[Sequence[RunRow]], shown: str) -> Kn
         for g in groups
     )
     if alike:
+        # what "ruled out" excludes: a value that changed the verdict in a share q of its runs
+        # shows in n runs with probability 1 - (1 - q)^n, 95% or more from q = 1 - 0.05^(1/n)
+        fewest = min(ran([r]) for g in groups for r in g)
+        shows = 1 - 0.05 ** (1 / fewest)
         return KnobJudged(
             KnobEffect.RULED_OUT,
-            f"{label} is ruled out: the same verdict in every run of every value ({shown})",
+            f"{label} is ruled out: the same verdict in every run of every value ({shown}); "
+            f"with {fewest} runs per cell, a value changing it in {round(100 * shows)}% of "
+            "runs or more would have shown (95%)",
         )
     needs = [n for a, b in pairs if (n := _pair_need(a, b)) is not None]
     runs = min(ran([r]) for g in groups for r in g)

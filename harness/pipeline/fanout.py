@@ -38,6 +38,9 @@ MAX_JOBS = 256
 PROGRAM = "harness"  # the command a job runs: the harness on the job's PATH
 
 
+SETUP_BUILD_MINUTES = 30  # a fresh CI runner: checkout, setup.sh, the variant's cold build
+
+
 @dataclass(frozen=True)
 class Job:
     """One entry of the matrix: one run of one cell."""
@@ -47,7 +50,7 @@ class Job:
     run: int  # 1-based, within the cell
     command: str  # the one shell command the job runs (shlex-quoted)
     report_dir: str  # where that command's report folder goes: upload this
-    timeout_minutes: int  # the run's wall limit and the child margin, for the job's limit
+    timeout_minutes: int  # the run's wall limit and the child margin
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +60,9 @@ class Job:
             "command": self.command,
             "report_dir": self.report_dir,
             "timeout_minutes": self.timeout_minutes,
+            # the job's own limit: the run's, and time for setup and a cold build (a fresh
+            # runner has no build cache; the run's command builds first)
+            "job_timeout_minutes": self.timeout_minutes + SETUP_BUILD_MINUTES,
         }
 
 

@@ -18,7 +18,7 @@ from harness import outcome
 from harness.config.defaults import default_pin
 from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import load_scenario
-from harness.errors import HarnessError
+from harness.errors import HarnessError, Interrupted
 from harness.execute.conditions import check_available
 from harness.outcome import USAGE
 from harness.pipeline.children import MARGIN_S, ArgvFor, ChildRuns, run_child
@@ -26,6 +26,7 @@ from harness.pipeline.options import RunOptions, WatchOptions, option_flags
 from harness.pipeline.run import check_watch
 from harness.pipeline.stages import limits_for, verify_prepare_build
 from harness.report import store
+from harness.report.live import LiveProgress
 from harness.report.matrix import write_matrix
 from harness.report.repeat import RUN_AXIS, combine, repeat_matrix
 from harness.report.runs import RunRow
@@ -84,6 +85,38 @@ class Target:
 Done = Callable[[Target, RunRow], None]
 
 
+class RunsInterrupted(Interrupted):
+    """A signal while runs were being made: the rows of what finished so far (a row per
+    cell, or per run for one repeated cell) and the folder they are in; the command writes
+    its table of them before the harness exits 128 + N."""
+
+    def __init__(self, signum: int, rows: list[RunRow], folder: Path) -> None:
+        super().__init__(signum)
+        self.rows = rows
+        self.folder = folder
+
+    @property
+    def runs(self) -> int:
+        return sum(r.runs for r in self.rows)
+
+
+def progress_done(progress: LiveProgress, total: int | None = None) -> Done:
+    """A progress line per finished run: `3/8 (variant=stock, run=2) → hang in env_start`."""
+    lock = threading.Lock()
+    count = 0
+
+    def done(target: Target, row: RunRow) -> None:
+        nonlocal count
+        with lock:
+            count += 1
+            where = f" in {row.location}" if row.location else ""
+            shown = ", ".join(f"{k}={v}" for k, v in row.values.items())
+            of = f"/{total}" if total else ""
+            progress.phase("runs", f"{count}{of} ({shown}) → {row.kind}{where}")
+
+    return done
+
+
 def run_rounds(
     targets: Sequence[Target],
     more: Mapping[int, int],
@@ -102,9 +135,11 @@ def run_rounds(
         have = len(rows.setdefault(i, []))
         for n in range(have, have + more.get(i, 0)):
             tasks.append(_task(i, n, target, rows, failed, lock, plan, runner, limit_s, done))
-    run_all(tasks, plan.jobs, runner)
-    for rs in rows.values():
-        rs.sort(key=lambda r: int(r.values.get(RUN_AXIS) or 0))
+    try:
+        run_all(tasks, plan.jobs, runner)
+    finally:  # interrupted too: the runs that finished, in order, for the partial table
+        for rs in rows.values():
+            rs.sort(key=lambda r: int(r.values.get(RUN_AXIS) or 0))
 
 
 def _failed(row: RunRow) -> bool:
@@ -288,20 +323,14 @@ def run_limit(base: RunOptions) -> float:
 
 
 def _one_target(
-    target: Target, plan: Repeat, limit_s: float, progress_label: Callable[[str], None]
+    target: Target, plan: Repeat, limit_s: float, progress: LiveProgress
 ) -> list[RunRow]:
     rows: dict[int, list[RunRow]] = {}
-    count = 0
-    lock = threading.Lock()
-
-    def done(_: Target, row: RunRow) -> None:
-        nonlocal count
-        with lock:
-            count += 1
-            where = f" in {row.location}" if row.location else ""
-            progress_label(f"{count}/{plan.runs} → {row.kind}{where}")
-
-    run_rounds([target], {0: plan.runs}, rows, plan, ChildRuns(), limit_s, done)
+    try:
+        done = progress_done(progress, plan.runs)
+        run_rounds([target], {0: plan.runs}, rows, plan, ChildRuns(), limit_s, done)
+    except Interrupted as exc:
+        raise RunsInterrupted(exc.signum, rows.get(0, []), target.folder) from None
     return rows.get(0, [])
 
 
@@ -318,7 +347,7 @@ def repeat_run(opts: RunOptions, plan: Repeat, out: Path) -> list[RunRow]:
             raise HarnessError(f"the build of {opts.variant} {built}", outcome.BUILD_FAILED)
         limit_s = limits_for(opts, settings).wall_s + MARGIN_S
         target = Target(out, run_argv(opts, opts.variant), {}, opts.variant)
-        return _one_target(target, plan, limit_s, lambda s: opts.progress.phase("runs", s))
+        return _one_target(target, plan, limit_s, opts.progress)
     finally:
         opts.progress.close()
 
@@ -330,6 +359,6 @@ def repeat_watch(opts: WatchOptions, plan: Repeat, out: Path) -> list[RunRow]:
     try:
         target = Target(out, watch_argv(opts))
         limit_s = opts.timeout_s + MARGIN_S
-        return _one_target(target, plan, limit_s, lambda s: opts.progress.phase("runs", s))
+        return _one_target(target, plan, limit_s, opts.progress)
     finally:
         opts.progress.close()

@@ -12,7 +12,6 @@ then cache hits). The conclusion says which knobs change the outcome and which a
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from harness import variants
 from harness.config.defaults import default_pin
 from harness.config.pin import check_env, load_pin
 from harness.config.scenario import load_scenario
-from harness.errors import HarnessError
+from harness.errors import HarnessError, Interrupted
 from harness.outcome import USAGE, Kind
 from harness.pipeline.children import MARGIN_S, ChildRuns
 from harness.pipeline.decide import failures_text, judge_knob
@@ -29,9 +28,11 @@ from harness.pipeline.options import RunOptions
 from harness.pipeline.repeat import (
     FAILED,
     Repeat,
+    RunsInterrupted,
     Target,
     build_each,
     combined,
+    progress_done,
     run_argv,
     run_rounds,
 )
@@ -84,7 +85,8 @@ class SweepResult:
     @property
     def exit_code(self) -> int:
         """0 when every cell ran (whatever it found), 1 when some could not."""
-        return 1 if any(r.kind is Kind.ERROR for r in self.rows) else 0
+        # a repeated cell counts its runs: one that could not run fails the sweep too
+        return 1 if any(Kind.ERROR in r.kinds for r in self.rows) else 0
 
     def matrix(self) -> Matrix:
         return Matrix(
@@ -228,21 +230,26 @@ def _run_cells(
         )
         for c in runnable
     ]
-    lock = threading.Lock()
-    total = len(targets) * plan.runs
-    finished = 0
-
-    def done(target: Target, row: RunRow) -> None:
-        nonlocal finished
-        with lock:
-            finished += 1
-            where = f" in {row.location}" if row.location else ""
-            shown = ", ".join(f"{k}={v}" for k, v in row.values.items())
-            base.progress.phase("cells", f"{finished}/{total} ({shown}) → {row.kind}{where}")
-
+    done = progress_done(base.progress, len(targets) * plan.runs)
     rows: dict[int, list[RunRow]] = {}
     more = {i: plan.runs for i in range(len(targets))}
-    run_rounds(targets, more, rows, plan, ChildRuns(), limit_s, done)
+    try:
+        run_rounds(targets, more, rows, plan, ChildRuns(), limit_s, done)
+    except Interrupted as exc:
+        by_target = combined(targets, rows)  # the cells with a finished run, in cell order
+        finished = [by_target[n] for n in sorted(by_target)]
+        raise RunsInterrupted(exc.signum, finished, out) from None
+    return _rows(cells, runnable, targets, rows, builds)
+
+
+def _rows(
+    cells: Sequence[Cell],
+    runnable: Sequence[Cell],
+    targets: Sequence[Target],
+    rows: dict[int, list[RunRow]],
+    builds: dict[str, str],
+) -> list[RunRow]:
+    """A row per cell in cell order: its runs combined, or why its variant did not run."""
     by_target = combined(targets, rows)
     ran = {c.index: by_target[n] for n, c in enumerate(runnable) if n in by_target}
     out_rows = []

@@ -24,10 +24,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-from elftools.elf.hash import ELFHashSection, GNUHashSection
-
 from harness.sampling.model import ThreadStack
 
 # canonical runtime names, as Frame.runtime and a signature's `runtimes` spell them
@@ -169,6 +165,11 @@ class _Bounded(io.RawIOBase):
 
 def _read_identity(fd: int, size: int) -> Identity | None:
     """The identity of the ELF file open at fd; None when it is not one or is unreadable."""
+    # pyelftools is imported where a file is read: 0.1 s off every start of the harness
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.hash import ELFHashSection, GNUHashSection
+
     stream = io.BufferedReader(_Bounded(fd, size, READ_BUDGET), buffer_size=4096)
     try:
         elf = ELFFile(stream)

