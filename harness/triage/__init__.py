@@ -1,0 +1,1 @@
+"""`harness triage ENV`: the whole investigation in one command (docs/triage.md)."""

@@ -1,0 +1,156 @@
+"""What a triage is made of (docs/triage.md): its options, its steps and what each found.
+
+Shared by the engine (triage/run.py: which steps run, in what order, in the budget), the
+steps (triage/steps.py, triage/history.py) and the story (triage/story.py: triage.html and
+issue.md). triage.json is `TriageResult.to_json()`, versioned by SCHEMA_VERSION; `--resume`
+reads it back with `from_json` and skips the steps already done."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from harness.pipeline.options import RunOptions
+
+SCHEMA_VERSION = 1
+
+
+class StepName(StrEnum):
+    """The steps, in the order of the story (run order may differ: docs/triage.md)."""
+
+    REPRODUCE = "reproduce"
+    EXPLAIN = "explain"
+    KNOBS = "knobs"
+    FIXES = "fixes"
+    HISTORY = "history"
+
+
+class StepStatus(StrEnum):
+    PENDING = "pending"  # not reached yet (an interrupted triage, before --resume)
+    DONE = "done"
+    SKIPPED = "skipped"  # did not fit the budget, or does not apply (no git source): `reason`
+    FAILED = "failed"  # could not be done (a build failed, a tool is missing): `reason`
+
+
+@dataclass
+class Step:
+    """One step: what it found (`result`, the step's own keys, documented in
+    docs/triage.md), why it was skipped or failed, the run folders behind it (relative to
+    the triage folder), what it was expected to cost and what it took."""
+
+    name: StepName
+    status: StepStatus = StepStatus.PENDING
+    reason: str = ""
+    headline: str = ""  # one sentence for people: "hang 4/4 in env_start (openmp-after-fork)"
+    result: dict[str, Any] = field(default_factory=dict)
+    runs: list[str] = field(default_factory=list)  # folders of its runs / tables
+    estimate_s: float | None = None
+    duration_s: float | None = None
+    runs_made: int = 0  # child runs this step started (a resumed step: 0)
+    builds_made: int = 0  # builds that were not cache hits
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": str(self.name),
+            "status": str(self.status),
+            "reason": self.reason,
+            "headline": self.headline,
+            "result": self.result,
+            "runs": list(self.runs),
+            "estimate_s": self.estimate_s,
+            "duration_s": self.duration_s,
+            "runs_made": self.runs_made,
+            "builds_made": self.builds_made,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Step:
+        return cls(
+            name=StepName(data["name"]),
+            status=StepStatus(data["status"]),
+            reason=str(data.get("reason", "")),
+            headline=str(data.get("headline", "")),
+            result=dict(data.get("result") or {}),
+            runs=[str(r) for r in data.get("runs") or []],
+            estimate_s=data.get("estimate_s"),
+            duration_s=data.get("duration_s"),
+            runs_made=int(data.get("runs_made") or 0),
+            builds_made=int(data.get("builds_made") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class TriageOptions:
+    """`harness triage ENV`: the run options every step starts from, and the triage's own."""
+
+    run: RunOptions
+    budget_s: float = 900.0  # the whole triage; a step that does not fit is skipped
+    good: str | None = None  # a known-good commit (History bisects from it)
+    bad: str | None = None  # the commit to reproduce at (default: the pin's / the checkout's)
+    repeat_cap: int = 20  # the most runs per cell where a step repeats (`--repeat auto`)
+    jobs: int = 1
+    resume: Path | None = None  # a triage folder to continue
+
+
+@dataclass
+class TriageResult:
+    env: str
+    directory: Path
+    steps: list[Step]
+    pin: str = ""
+    started_at: str = ""
+    finished_at: str | None = None
+    budget_s: float = 0.0
+    spent_s: float = 0.0
+    # what the steps say together: reproduced (a failure was reproduced here), the fix
+    # confirmed, the first bad commit; one line each for people
+    reproduced: bool = False
+    fix_confirmed: str | None = None  # the variant confirmed
+    first_bad: str | None = None  # sha
+    conclusion: list[str] = field(default_factory=list)
+    host: dict[str, Any] = field(default_factory=dict)  # the host fingerprint, as report.json
+    commands: list[str] = field(default_factory=list)  # what reproduces it, exactly
+
+    def step(self, name: StepName) -> Step:
+        return next(s for s in self.steps if s.name is name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "mode": "triage",
+            "env": self.env,
+            "pin": self.pin,
+            "directory": str(self.directory),
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "budget_s": self.budget_s,
+            "spent_s": self.spent_s,
+            "reproduced": self.reproduced,
+            "fix_confirmed": self.fix_confirmed,
+            "first_bad": self.first_bad,
+            "conclusion": list(self.conclusion),
+            "host": self.host,
+            "commands": list(self.commands),
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], directory: Path) -> TriageResult:
+        return cls(
+            env=str(data["env"]),
+            directory=directory,
+            steps=[Step.from_json(s) for s in data.get("steps") or []],
+            pin=str(data.get("pin", "")),
+            started_at=str(data.get("started_at", "")),
+            finished_at=data.get("finished_at"),
+            budget_s=float(data.get("budget_s") or 0.0),
+            spent_s=float(data.get("spent_s") or 0.0),
+            reproduced=bool(data.get("reproduced")),
+            fix_confirmed=data.get("fix_confirmed"),
+            first_bad=data.get("first_bad"),
+            conclusion=[str(c) for c in data.get("conclusion") or []],
+            host=dict(data.get("host") or {}),
+            commands=[str(c) for c in data.get("commands") or []],
+        )
