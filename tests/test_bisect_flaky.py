@@ -26,7 +26,7 @@ from harness.bisect.model import (
     joint_confidence,
     posterior_miss,
 )
-from harness.bisect.search import _Search
+from harness.bisect.search import Search
 from harness.bisect.steps import (
     MIN_BAD_FAILURES,
     MIN_BAD_RUNS,
@@ -460,8 +460,8 @@ def test_a_bad_commit_called_good_at_most_as_often_as_stated(p: float) -> None:
     assert stated <= MISS_LEVEL
 
 
-class _SimSearch(_Search):
-    """The real binary search (`_Search.search`) over simulated commits: candidate i fails at
+class _SimSearch(Search):
+    """The real binary search (`Search.search`) over simulated commits: candidate i fails at
     rate p from the first bad one on, never before it."""
 
     def __init__(

@@ -1,5 +1,5 @@
 """The search: check both ends, then a binary search over the first-parent candidates that
-steps around untestable commits (the pure part is `_Search.search`: it only sees
+steps around untestable commits (the pure part is `Search.search`: it only sees
 good/bad/skip); `bisect_step` is the `git bisect run` test of HEAD."""
 
 from __future__ import annotations
@@ -54,7 +54,11 @@ def prepare(opts: BisectOptions) -> BisectResult:
     )
 
 
-class _Search:
+class Search:
+    """The binary search over a first-parent range: `test` runs (or recalls) one commit,
+    `search` narrows the range around untestable commits. Public: triage's History
+    subclasses it to answer commits it already tested while searching back."""
+
     def __init__(self, result: BisectResult) -> None:
         self.result = result
         self.setup = result.setup
@@ -159,7 +163,7 @@ def bisect(opts: BisectOptions) -> BisectResult:
     """Find the first bad commit between opts.good and opts.bad (see the module doc)."""
     result = prepare(opts)
     save(result)
-    search = _Search(result)
+    search = Search(result)
     try:
         search.check_ends()
         search.search()

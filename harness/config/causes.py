@@ -21,17 +21,122 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from harness.config.fields import WORD, Strict, StrList, Text, fail, schema_version
-from harness.config.schema_errors import one_line, read_toml, validate
+from harness.config.schema_errors import one_line, read_toml, show, validate
 from harness.errors import HarnessError
 from harness.outcome import USAGE, Kind
-from harness.vocab import Confidence, Mechanism
+from harness.vocab import AxisKind, Confidence, Mechanism
 
 CAUSES_SCHEMA_VERSION = 1
 
 P = TypeVar("P")
+
+
+# ---------------------------------------------------------------- knobs a triage tries
+# Here, not in config/pin.py, because both a pin's [triage] table and a cause rule hold them
+# and pin.py imports this module; harness.config.pin re-exports TriageKnob.
+
+
+@dataclass(frozen=True)
+class TriageKnob:
+    """One knob `harness triage` tries: a trainer config key (SET: passed as
+    `--section.key=VALUE`) or a trainer environment variable (ENV), with the values to try.
+    The engine turns it into a `harness.pipeline.sweep.Knob` (same kind, name and values)."""
+
+    kind: AxisKind  # SET or ENV only
+    name: str  # "vec.num_threads" (no leading dashes) or "OMP_WAIT_POLICY"
+    values: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if self.kind not in (AxisKind.SET, AxisKind.ENV):
+            raise ValueError(f"a triage knob is a set or an env knob, not {self.kind}")
+
+    @property
+    def label(self) -> str:
+        """As `harness.pipeline.sweep.Knob.label`: `--section.key`, or the variable's name."""
+        return f"--{self.name}" if self.kind is AxisKind.SET else self.name
+
+    def text(self) -> str:
+        """`--vec.num_threads=4,16`, `OMP_WAIT_POLICY=active,passive`: as sweep's --set and
+        --env take it."""
+        return f"{self.label}={','.join(self.values)}"
+
+
+# a trainer key as upstream's `--sec.key=value` takes it: dashes and underscores both (the
+# trainer turns dashes into underscores); nested sections (`a.b.c`) allowed
+_SET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_][A-Za-z0-9_-]*)+")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _set_name(value: str) -> str:
+    if value.startswith("-"):
+        raise fail(f"write the trainer key without dashes: {show(value.lstrip('-'))}")
+    if not _SET_NAME.fullmatch(value):
+        raise fail(
+            f"expected a trainer config key section.key (e.g. vec.num_threads, passed as "
+            f"--vec.num_threads=VALUE), not {show(value)}"
+        )
+    return value
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.fullmatch(value):
+        raise fail(
+            f"expected an environment variable name (e.g. OMP_WAIT_POLICY), not {show(value)}"
+        )
+    return value
+
+
+def _knob_values(value: Any) -> Any:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise fail(f"expected a list of strings, not {show(value)}")
+    if not value:
+        raise fail("a knob needs at least one value to try")
+    for item in value:
+        if not item.strip() or any(ord(c) < 32 or ord(c) == 127 for c in item):
+            raise fail(f"a value must be printable text, not {show(item)}")
+        if "," in item:  # sweep's --set/--env split on commas: triage's commands could not
+            raise fail(f"a value may not hold a comma (sweep splits values on it): {show(item)}")
+    if len(set(value)) != len(value):
+        raise fail(f"a value is given twice: {show(value)}")
+    return value
+
+
+class TriageKnobModel(Strict):
+    """One knob: `{ set = "section.key", values = [...] }` (a trainer config key) or
+    `{ env = "NAME", values = [...] }` (a trainer environment variable)."""
+
+    set: Annotated[str, AfterValidator(_set_name)] | None = None
+    env: Annotated[str, AfterValidator(_env_name)] | None = None
+    values: Annotated[list[str], BeforeValidator(_knob_values)]
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TriageKnobModel:
+        if (self.set is None) == (self.env is None):
+            got = "both" if self.set is not None else "neither"
+            raise fail(
+                f"a knob takes exactly one of set (a trainer key) or env (a variable); "
+                f"this one has {got}: {show(self.model_dump(exclude_none=True))}"
+            )
+        return self
+
+    def knob(self) -> TriageKnob:
+        if self.set is not None:
+            return TriageKnob(AxisKind.SET, self.set, tuple(self.values))
+        return TriageKnob(AxisKind.ENV, self.env or "", tuple(self.values))
+
+
+def _unique_knobs(knobs: list[TriageKnobModel]) -> list[TriageKnobModel]:
+    labels = [k.knob().label for k in knobs]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise fail(f"a knob is given twice: {', '.join(twice)} (list its values once)")
+    return knobs
+
+
+KnobList = Annotated[list[TriageKnobModel], AfterValidator(_unique_knobs)]
 
 
 @dataclass(frozen=True)
@@ -50,6 +155,7 @@ class Rule:
     # as written in the TOML; the detector's params class says what they may be
     params: Mapping[str, Any] = field(default_factory=dict)
     where: str = ""  # the file it came from, for errors
+    knobs: tuple[TriageKnob, ...] = ()  # what `harness triage` tries when this cause is on top
 
     def fail(self, what: str) -> HarnessError:
         """A one-line usage error about this rule."""
@@ -105,6 +211,8 @@ class CauseModel(Strict):
     command: str = ""
     # the detector's params class says what they may be (harness.analysis.causes.check)
     params: dict[str, Any] = Field(default_factory=dict)
+    # knobs that can change this cause's outcome: `harness triage` sweeps them
+    knobs: KnobList = Field(default_factory=list)
 
 
 class CausesModel(Strict):
@@ -139,6 +247,7 @@ def rule_from_table(table: Mapping[str, Any], where: str) -> Rule:
         remedies=tuple(model.remedies),
         command=model.command,
         params=dict(model.params),
+        knobs=tuple(k.knob() for k in model.knobs),
     )
     for text in rule.templates:
         _check_template(rule, text)

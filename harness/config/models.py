@@ -5,12 +5,14 @@ models as JSON Schema; docs/pin-schema.md is tested against it."""
 
 from __future__ import annotations
 
+import os
 from importlib import resources
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 
-from harness.config.causes import CauseModel
+from harness.config.causes import CauseModel, KnobList
 from harness.config.fields import (
     WORD,
     BuildTemplate,
@@ -29,6 +31,7 @@ from harness.config.fields import (
     one_of,
     schema_version,
 )
+from harness.config.schema_errors import is_config_file, show
 from harness.config.signatures import SignatureModel
 from harness.vocab import SourceKind
 
@@ -126,6 +129,46 @@ class PinProbeModel(Strict):
     include: list[RelPath] = Field(default_factory=list)
 
 
+def _git_ref(value: str) -> str:
+    # a ref is handed to git as an argument: a leading '-' would be read as an option
+    if not value or value.startswith("-") or any(c.isspace() or ord(c) < 32 for c in value):
+        raise fail(f"expected a git ref (a tag, a branch or a commit), not {show(value)}")
+    return value
+
+
+def project_root() -> Path:
+    """The folder holding upstream_pin/, scenarios/ and hosts/: this checkout (the harness is
+    installed editable by setup.sh), or HARNESS_ROOT for an installed copy. Here rather than
+    in config/pin.py (which re-exports it) so that a pin's [triage] hosts can be checked
+    against hosts/ without importing config/hostprofile.py, which imports config/pin.py."""
+    env = os.environ.get("HARNESS_ROOT")
+    return Path(env).resolve() if env else Path(__file__).resolve().parents[2]
+
+
+def _host_profile(name: str) -> str:
+    """A host profile's name: a file hosts/NAME.toml (the name grammar is PlainName, the one
+    harness.config.hostprofile.check_name applies to `--host NAME`)."""
+    folder = project_root() / "hosts"
+    if ".." in name or not is_config_file(folder / f"{name}.toml"):
+        try:
+            known = sorted(p.stem for p in folder.glob("*.toml") if is_config_file(p))
+        except OSError:
+            known = []
+        raise fail(f"no host profile {name!r} (known: {', '.join(known) or 'none'})")
+    return name
+
+
+class TriageModel(Strict):
+    """[triage]: what `harness triage` tries beyond the stock run (docs/pin-schema.md)."""
+
+    # the knobs the investigation sweeps (an upstream report's, say)
+    knobs: KnobList = Field(default_factory=list)
+    # refs History may start its search for a passing commit from (git sources only)
+    known_good: list[Annotated[str, AfterValidator(_git_ref)]] = Field(default_factory=list)
+    # host profiles to try when the failure does not reproduce on this host
+    hosts: list[Annotated[PlainName, AfterValidator(_host_profile)]] = Field(default_factory=list)
+
+
 class PinModel(Strict):
     """upstream_pin/<name>.toml (after merging what it `extends`)."""
 
@@ -147,6 +190,13 @@ class PinModel(Strict):
     causes: list[CauseModel] = Field(default_factory=list)
     # path relative to the source root → its sha256, or "UNVERIFIED…"
     files: dict[RelPath, str] = Field(default_factory=dict)
+    triage: TriageModel | None = None
+
+    @model_validator(mode="after")
+    def _history_needs_git(self) -> PinModel:
+        if self.triage and self.triage.known_good and self.source.kind is not SourceKind.GIT:
+            raise fail(f"[triage] known_good needs a git source, not a {self.source.kind} one")
+        return self
 
 
 def pin_json_schema() -> dict[str, Any]:

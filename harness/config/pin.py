@@ -8,7 +8,6 @@ own functions that locate a hang (signatures). See docs/pin-schema.md.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.causes import Rule, rules_from_tables
+from harness.config.causes import TriageKnob as TriageKnob
 from harness.config.models import PIN_SCHEMA_VERSION as PIN_SCHEMA_VERSION
-from harness.config.models import PinModel
+from harness.config.models import PinModel, TriageModel
+from harness.config.models import project_root as project_root
 from harness.config.schema_errors import (
     check_partial,
     is_config_file,
@@ -31,13 +32,6 @@ from harness.outcome import USAGE
 from harness.vocab import SourceKind
 
 UNVERIFIED = "UNVERIFIED"  # prefix of a value that has not been read from a real checkout yet
-
-
-def project_root() -> Path:
-    """The folder holding upstream_pin/ and scenarios/: this checkout (the harness is
-    installed editable by setup.sh), or HARNESS_ROOT for an installed copy."""
-    env = os.environ.get("HARNESS_ROOT")
-    return Path(env).resolve() if env else Path(__file__).resolve().parents[2]
 
 
 def pin_dir() -> Path:
@@ -65,6 +59,26 @@ class Source:
 class Hint:
     pattern: str
     hint: str
+
+
+@dataclass(frozen=True)
+class TriageSpec:
+    """[triage]: what `harness triage` tries beyond the stock run; empty when the pin has no
+    such table (docs/pin-schema.md)."""
+
+    knobs: tuple[TriageKnob, ...] = ()  # swept as harness.pipeline.sweep knobs
+    known_good: tuple[str, ...] = ()  # git refs History may start from
+    hosts: tuple[str, ...] = ()  # hosts/*.toml profiles to try when it does not reproduce
+
+
+def _triage_spec(model: TriageModel | None) -> TriageSpec:
+    if model is None:
+        return TriageSpec()
+    return TriageSpec(
+        knobs=tuple(k.knob() for k in model.knobs),
+        known_good=tuple(model.known_good),
+        hosts=tuple(model.hosts),
+    )
 
 
 @dataclass(frozen=True)
@@ -100,6 +114,7 @@ class Pin:
     # this pin's name, then the pins it extends, nearest first: a scenario's [pin.<name>]
     # settings and a check's `pins` apply to a pin through any name of its lineage
     lineage: tuple[str, ...] = ()
+    triage: TriageSpec = field(default_factory=TriageSpec)
 
     @property
     def source_root(self) -> Path | None:
@@ -170,6 +185,7 @@ def parse_pin(data: Mapping[str, Any], file: Path, lineage: tuple[str, ...] = ()
         causes=causes,
         raw=dict(data),
         lineage=(model.name, *lineage),
+        triage=_triage_spec(model.triage),
     )
 
 
@@ -289,6 +305,19 @@ def _one_line(command: str) -> str:
     return lines[0] if len(lines) == 1 else f"{lines[0]} ... ({len(lines)} lines)"
 
 
+def describe_triage(triage: TriageSpec) -> list[str]:
+    """The [triage] table as `harness pin show` prints it."""
+    if triage == TriageSpec():
+        return ["  triage:   -"]
+    knobs = [f"    knob        {k.text()}" for k in triage.knobs]
+    return [
+        "  triage:",
+        *knobs,
+        f"    known_good  {', '.join(triage.known_good) or '-'}",
+        f"    hosts       {', '.join(triage.hosts) or '-'}",
+    ]
+
+
 def describe_pin(pin: Pin) -> str:
     s = pin.source
     where = {
@@ -306,6 +335,7 @@ def describe_pin(pin: Pin) -> str:
         f"  variants: {', '.join(f'{k} = {v}' for k, v in pin.variants.items()) or '-'}",
         f"  fixes:    {', '.join(pin.fixes) or '-'}",
         f"  signatures: {', '.join(sig.name for sig in pin.signatures) or '-'}",
+        *describe_triage(pin.triage),
         "  files:",
     ]
     lines += [f"    {rel}  {digest}" for rel, digest in sorted(pin.files.items())]
