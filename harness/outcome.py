@@ -95,6 +95,12 @@ CRASH = OUTCOMES[Kind.CRASH].exit_code  # crash or error exit of the trainer
 BUILD_FAILED = OUTCOMES[Kind.BUILD_FAILED].exit_code
 TIMEOUT_PROGRESSING = OUTCOMES[Kind.TIMEOUT_PROGRESSING].exit_code
 
+# `harness triage ENV` (docs/triage.md): what the investigation found, for CI; an interrupted
+# triage exits 128 + N and bad input 5, as every command
+TRIAGE_FIXED = 0  # a failure was reproduced here and a fix was confirmed on its rates
+TRIAGE_NOT_FIXED = 1  # a failure was reproduced here; no fix was confirmed (or none tried)
+TRIAGE_NOT_REPRODUCED = 7  # no failure was reproduced here (on this host or its profiles)
+
 
 def get(kind: str) -> Outcome:
     """The registered outcome of `kind`; an unknown kind is a harness bug."""

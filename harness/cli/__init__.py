@@ -28,6 +28,7 @@ from harness.cli import (
     report,
     run,
     sweep,
+    triage,
     watch,
 )
 from harness.cli.options import Parser
@@ -72,6 +73,7 @@ _MODULES = (
     doctor,
     pin,
     bisect,
+    triage,
 )
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 for _module in _MODULES:

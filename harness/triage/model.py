@@ -92,6 +92,9 @@ class TriageOptions:
     repeat_cap: int = 20  # the most runs per cell where a step repeats (`--repeat auto`)
     jobs: int = 1
     resume: Path | None = None  # a triage folder to continue
+    # steps not to take (`--skip knobs,history`): SKIPPED "skipped on request"; Reproduce,
+    # which every other step builds on, cannot be skipped
+    skip: frozenset[StepName] = frozenset()
 
 
 @dataclass

@@ -1,0 +1,353 @@
+"""`harness triage ENV`: the steps in their order within the budget (triage/budget.py), each
+recorded in triage.json as soon as it ends, resumable, and told together at the end
+(docs/triage.md).
+
+The folder is `<report-dir>/<run id>/`: triage.json (written atomically after every step:
+an interrupted or killed triage leaves the steps it finished and the current one pending),
+`steps/<step>/…` (each step's runs and their tables), and the story (triage/story.py:
+triage.html, issue.md). `--resume DIR` reads DIR/triage.json back, keeps the steps that are
+done and runs the others; builds are cached anyway."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness import outcome
+from harness.config.defaults import compare_baseline, default_pin
+from harness.config.pin import Pin, check_env, load_pin
+from harness.config.scenario import load_scenario
+from harness.errors import HarnessError, Interrupted
+from harness.files import atomic_write
+from harness.pipeline.options import option_flags
+from harness.pipeline.stages import limits_for
+from harness.report import store
+from harness.report.model import now_stamp
+from harness.report.reading import read_json
+from harness.triage import budget, explain, fixes, knobs, steps
+from harness.triage.model import (
+    SCHEMA_VERSION,
+    Step,
+    StepName,
+    StepStatus,
+    TriageOptions,
+    TriageResult,
+)
+from harness.vocab import SourceKind
+
+TRIAGE_JSON = "triage.json"
+TRIAGE_JSON_LIMIT = 8 * 1024 * 1024  # a triage.json is a few KB; more is not ours
+
+StepFn = Callable[[steps.Context], Step]
+
+
+def run_triage(opts: TriageOptions) -> TriageResult:
+    """Every step that fits, most informative first; triage.json after each; the story at
+    the end. An interrupt leaves triage.json with the current step pending, then goes on."""
+    run = opts.run
+    pin = load_pin(run.pin or default_pin(run.checkout))
+    settings = load_scenario(run.scenario or run.env).settings(pin.lineage)
+    check_env(pin, settings.upstream_env)
+    result = _resume(opts) if opts.resume is not None else _new(opts, pin)
+    limits = limits_for(run, settings)
+    costs = _costs(
+        result, opts, budget.first_guess(limits.startup_s, limits.stall_s, limits.wall_s)
+    )
+    ctx = steps.Context(
+        opts=opts,
+        result=result,
+        pin=pin,
+        progress=run.progress,
+        costs=costs,
+        deadline=time.monotonic() + opts.budget_s,
+        hosts=pin.triage.hosts,
+    )
+    session_start = time.monotonic()
+    spent_before = result.spent_s
+    try:
+        for name in budget.ORDER:
+            step = result.step(name)
+            if step.status is StepStatus.DONE:
+                continue
+            _one_step(ctx, name)
+            result.spent_s = spent_before + time.monotonic() - session_start
+            save(result)
+    except Interrupted:
+        result.spent_s = spent_before + time.monotonic() - session_start
+        save(result)
+        raise
+    finally:
+        run.progress.close()
+    _conclude(ctx)
+    result.finished_at = now_stamp()
+    result.spent_s = spent_before + time.monotonic() - session_start
+    save(result)
+    _story(result)
+    return result
+
+
+def _new(opts: TriageOptions, pin: Pin) -> TriageResult:
+    root = opts.run.report_dir
+    store.check_report_dir(root)
+    folder = root / store.new_run_id(f"triage-{opts.run.env}")
+    folder.mkdir(parents=True)
+    result = TriageResult(
+        env=opts.run.env,
+        directory=folder,
+        steps=[Step(name) for name in StepName],
+        pin=pin.name,
+        started_at=now_stamp(),
+        budget_s=opts.budget_s,
+    )
+    save(result)
+    return result
+
+
+def _resume(opts: TriageOptions) -> TriageResult:
+    """DIR/triage.json read bounded; a damaged file, a newer schema or another env's
+    triage is one line (exit 5)."""
+    folder = opts.resume
+    assert folder is not None
+    data = read_json(folder, TRIAGE_JSON, "not a harness triage", TRIAGE_JSON_LIMIT)
+    where = folder / TRIAGE_JSON
+    if not isinstance(data, dict) or data.get("mode") != "triage":
+        raise HarnessError(f"{where}: not a harness triage", outcome.USAGE)
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise HarnessError(f"{where}: schema_version {version!r} is not a number", outcome.USAGE)
+    if version > SCHEMA_VERSION:
+        raise HarnessError(
+            f"{where}: schema_version {version} is newer than this harness reads "
+            f"({SCHEMA_VERSION}): upgrade the harness",
+            outcome.USAGE,
+        )
+    try:
+        result = TriageResult.from_json(data, folder)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise HarnessError(f"{where}: damaged triage: {exc!r}", outcome.USAGE) from None
+    if result.env != opts.run.env:
+        raise HarnessError(
+            f"{where} is a triage of {result.env}, not {opts.run.env}", outcome.USAGE
+        )
+    known = {s.name for s in result.steps}
+    result.steps += [Step(n) for n in StepName if n not in known]
+    for s in result.steps:
+        if s.status is not StepStatus.DONE:  # run again: what it made last time is kept
+            s.runs_made = s.builds_made = 0
+    result.finished_at = None
+    result.budget_s += opts.budget_s
+    return result
+
+
+def _costs(result: TriageResult, opts: TriageOptions, guess: float) -> budget.Costs:
+    """What a run and a build cost: measured by a finished Reproduce, else a first guess."""
+    r = result.step(StepName.REPRODUCE).result
+    costs = budget.Costs(run_s=guess, jobs=opts.jobs)
+    if result.step(StepName.REPRODUCE).status is StepStatus.DONE:
+        costs.run_s = float(r.get("run_s") or guess)
+        costs.build_s = float(r.get("build_s") or budget.DEFAULT_BUILD_S)
+        costs.cache_warm = bool(r.get("cache_warm"))
+    return costs
+
+
+def save(result: TriageResult) -> None:
+    """triage.json, whole or not at all."""
+    import json
+
+    atomic_write(result.directory / TRIAGE_JSON, json.dumps(result.to_json(), indent=2) + "\n")
+
+
+# ------------------------------------------------------------------------------ one step
+
+
+def _estimate(ctx: steps.Context, name: StepName) -> float:
+    c = ctx.costs
+    built = {compare_baseline()}
+    if name is StepName.REPRODUCE:
+        return budget.estimate_reproduce(c)
+    if name is StepName.EXPLAIN:
+        return budget.estimate_explain()
+    if name is StepName.FIXES:
+        specs, _ = fixes.fix_specs(ctx)
+        return budget.estimate_fixes(c, len(specs), len(set(specs) - built))
+    if name is StepName.KNOBS:
+        cells = sum(len(k.values) for k in ctx.knobs)
+        return budget.estimate_knobs(c, cells, 0)
+    return budget.estimate_history(c)
+
+
+def _not_applicable(ctx: steps.Context, name: StepName) -> str | None:
+    """Why a step has nothing to work on (before its cost is looked at)."""
+    if name is StepName.REPRODUCE:
+        return None
+    repro = ctx.result.step(StepName.REPRODUCE)
+    if repro.status is not StepStatus.DONE:
+        return f"Reproduce did not run ({repro.status}: {repro.reason})"
+    if not repro.result.get("first_failure"):
+        return "nothing reproduced here: " + str(repro.result.get("summary", ""))
+    if name is StepName.KNOBS:
+        top = ctx.result.step(StepName.EXPLAIN).result.get("causes") or []
+        ctx.knobs = knobs.knobs_of(ctx.pin, top[0]["id"] if top else repro.result.get("cause"))
+        if not ctx.knobs:
+            return "no knobs: the pin declares none and the top cause suggests none"
+    return None
+
+
+def _one_step(ctx: steps.Context, name: StepName) -> None:
+    result = ctx.result
+    index = next(i for i, s in enumerate(result.steps) if s.name is name)
+    why = _not_applicable(ctx, name)
+    if name in ctx.opts.skip:
+        why = f"skipped on request (--skip {name})"
+    if why is not None:
+        result.steps[index] = Step(name, StepStatus.SKIPPED, reason=why)
+        return
+    estimate = _estimate(ctx, name)
+    left = ctx.left()
+    ctx.progress.phase(str(name), f"{budget.shown(estimate)}, {max(0.0, left):.0f} s left")
+    too_big = budget.skip_reason(estimate, left)
+    # Reproduce: always a first round; History of a path source: says why it does not apply
+    exempt = name is StepName.REPRODUCE or (
+        name is StepName.HISTORY and ctx.pin.source.kind is not SourceKind.GIT
+    )
+    if too_big is not None and not exempt:
+        result.steps[index] = Step(name, StepStatus.SKIPPED, reason=too_big, estimate_s=estimate)
+        return
+    start = time.monotonic()
+    _set_aside(ctx.folder(name))
+    pending = Step(name, estimate_s=round(estimate, 1))
+    result.steps[index] = pending
+    save(result)
+    try:
+        step = _run(ctx, name)
+    except HarnessError as exc:
+        step = Step(name, StepStatus.FAILED, reason=exc.message)
+    except Interrupted:
+        pending.duration_s = round(time.monotonic() - start, 1)
+        raise
+    step.estimate_s = round(estimate, 1)
+    step.duration_s = round(time.monotonic() - start, 1)
+    result.steps[index] = step
+
+
+def _set_aside(folder: Path) -> None:
+    """The runs of an earlier, unfinished try of a step (an interrupted triage, resumed):
+    kept beside it, never mixed into the new try's run folders."""
+    if not folder.exists():
+        return
+    n = 1
+    while (aside := folder.with_name(f"{folder.name}.unfinished-{n}")).exists():
+        n += 1
+    folder.rename(aside)
+
+
+def _run(ctx: steps.Context, name: StepName) -> Step:
+    if name is StepName.HISTORY:
+        return _history(ctx)
+    fns: dict[StepName, StepFn] = {
+        StepName.REPRODUCE: steps.reproduce,
+        StepName.EXPLAIN: explain.explain,
+        StepName.KNOBS: knobs.knobs,
+        StepName.FIXES: fixes.fixes,
+    }
+    return fns[name](ctx)
+
+
+def _history(ctx: steps.Context) -> Step:
+    """triage/history.py's step, where it is installed."""
+    try:
+        from harness.triage.history import history_step  # type: ignore[import-not-found,unused-ignore]
+    except ModuleNotFoundError as exc:  # not installed yet; a broken import is a bug
+        if exc.name != "harness.triage.history":
+            raise
+        return Step(StepName.HISTORY, StepStatus.SKIPPED, reason="not available")
+    step: Step = history_step(ctx.opts, ctx.result, ctx.left(), ctx.progress)
+    return step
+
+
+# ---------------------------------------------------------------------------- the story
+
+
+def _conclude(ctx: steps.Context) -> None:
+    """What the steps say together: reproduced, the fix, the first bad commit, a line each,
+    and the exact commands."""
+    result = ctx.result
+    repro = result.step(StepName.REPRODUCE)
+    fixes = result.step(StepName.FIXES)
+    history = result.step(StepName.HISTORY)
+    result.reproduced = bool(repro.result.get("first_failure"))
+    result.fix_confirmed = (
+        fixes.result.get("fix_variant") if fixes.status is StepStatus.DONE else None
+    )
+    first_bad = history.result.get("first_bad") if history.status is StepStatus.DONE else None
+    if isinstance(first_bad, dict):  # history.py: {sha, subject, diffstat, blame}
+        first_bad = first_bad.get("sha")
+    result.first_bad = str(first_bad) if first_bad else None
+    lines = []
+    for s in result.steps:
+        if s.status is StepStatus.DONE:
+            lines.append(f"{s.name}: {s.headline}")
+        else:
+            lines.append(f"{s.name}: {s.status} ({s.reason})")
+    result.conclusion = lines
+    result.commands = commands(ctx)
+    result.host = _fingerprint(ctx)
+
+
+def commands(ctx: steps.Context) -> list[str]:
+    """`harness run …` that reproduces it here, and `harness compare …` that confirms the
+    fix, with the triage's own setup (pin, scenario, limits, host)."""
+    env = ctx.opts.run.env
+    base = ctx.base()
+    flags = option_flags(base, watch=True)
+    baseline = compare_baseline()
+    out = [shlex.join(["harness", "run", env, "--variant", baseline, *flags])]
+    if ctx.result.reproduced:
+        out[0] += " --repeat " + str(budget.FIRST_ROUND)
+    fix = ctx.result.fix_confirmed
+    if fix:
+        variants = f"{baseline},{fix}"
+        out.append(shlex.join(["harness", "compare", env, "--variants", variants, *flags]))
+    return out
+
+
+def _fingerprint(ctx: steps.Context) -> dict[str, Any]:
+    import os
+
+    from harness.doctor.fingerprint import take_fingerprint
+
+    env = {**os.environ, **ctx.base().conditions.env, **ctx.opts.run.trainer_env}
+    cpus = ctx.base().conditions.cpus
+    return take_fingerprint(env, list(cpus) if cpus is not None else None).to_json()
+
+
+def _story(result: TriageResult) -> list[Path]:
+    """triage.html and issue.md (triage/story.py), where it is installed; a story that
+    cannot be written is a line of the conclusion, never a lost triage."""
+    try:
+        from harness.triage.story import write_story  # type: ignore[import-not-found,unused-ignore]
+    except ModuleNotFoundError as exc:
+        if exc.name != "harness.triage.story":
+            raise
+        return []
+    try:
+        written: list[Path] = write_story(result)
+    except (OSError, HarnessError) as exc:
+        result.conclusion.append(f"the story could not be written: {exc}")
+        save(result)
+        return []
+    return written
+
+
+# ------------------------------------------------------------------------------ exit code
+
+
+def exit_code(result: TriageResult) -> int:
+    """outcome.TRIAGE_FIXED (0) reproduced and a fix confirmed; TRIAGE_NOT_FIXED (1)
+    reproduced, no fix confirmed; TRIAGE_NOT_REPRODUCED (7) no failure here."""
+    if not result.reproduced:
+        return outcome.TRIAGE_NOT_REPRODUCED
+    return outcome.TRIAGE_FIXED if result.fix_confirmed else outcome.TRIAGE_NOT_FIXED

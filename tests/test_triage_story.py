@@ -1,0 +1,431 @@
+"""triage.html and issue.md (triage/story.py): written from a TriageResult built by hand in
+the two shapes the issue names (the replica: a hang in env_start, openmp-after-fork, knobs
+ruled out, fixes confirmed, History skipped for want of a git source; and a git history with
+a first bad commit), over real files standing in for the run folders. issue.md has every
+section and nothing unrendered; hostile run text (markup, Markdown, bidi controls) stays
+text; a run folder that is gone is not linked; triage.html opens in the real Chromium with
+no console error, every section, and every link leading to a file that exists."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+
+from harness.triage.model import Step, StepName, StepStatus, TriageResult
+from harness.triage.story import write_story
+from harness.triage.story_facts import Evidence
+from tests.test_report_html import browser, open_page  # noqa: F401  (the fixtures, reused)
+
+SECTIONS = ("Environment", "Symptom", "Reproduction", "Blame", "Knobs", "Fix")
+STORY_IDS = ("verdict", "steps", "what", "where", "why", "not-matter", "fixes", "when", "todo")
+
+HOST: dict[str, Any] = {
+    "cpus_online": 2,
+    "cpus_online_list": "0-1",
+    "trainer_affinity": [0, 1],
+    "affinity": [0, 1],
+    "cpu_quota": None,
+    "memory_limit": 8 * 2**30,
+    "load": [1.52, 1.1, 0.9],
+    "kernel": "6.1.0-28-cloud-amd64",
+    "kernel_version": "#1 SMP PREEMPT_DYNAMIC Debian 6.1.119-1",
+    "machine": "x86_64",
+    "libc": "glibc 2.36",
+    "compiler": "cc (Debian 12.2.0-14) 12.2.0",
+    "openmp_runtime": "/usr/lib/gcc/x86_64-linux-gnu/12/libgomp.so",
+    "env": {"OMP_NUM_THREADS": "2"},
+    "gpu_driver": "",
+    "gpus": [],
+    "container": ["/.dockerenv exists"],
+    "cgroup": "/user.slice",
+}
+
+
+def run_folder(root: Path, rel: str, *files: str) -> str:
+    """A run or table folder with real files in it (what triage.html links)."""
+    folder = root / rel
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        text = "<!DOCTYPE html><title>x</title><p>run</p>" if name.endswith(".html") else "{}"
+        (folder / name).write_text(text)
+    return rel
+
+
+def replica(root: Path) -> TriageResult:
+    """A triage of the replica (a path source): what the engine records for it."""
+    rep = run_folder(root, "reproduce", "repeat.json", "index.html")
+    first = run_folder(root, "reproduce/stock/runs/001", "report.html", "report.json")
+    knobs = run_folder(root, "knobs", "sweep.json", "index.html")
+    fixes = run_folder(root, "fixes", "compare.json", "index.html")
+    frames = ["env_start", "GOMP_parallel", "gomp_team_start", "futex_wait"]
+    steps = [
+        Step(
+            StepName.REPRODUCE,
+            StepStatus.DONE,
+            headline="hang 4/4 in env_start (openmp-after-fork)",
+            result={
+                "variant": "stock",
+                "host": None,
+                "runs": 4,
+                "counts": {"hang": 4},
+                "failure_rate": 1.0,
+                "failure_rate_ci95": [0.51, 1.0],
+                "summary": "hang: no progress for 20 s, every thread waiting in env_start",
+                "kind": "hang",
+                "location": "env_start",
+                "cause": "openmp-after-fork",
+                "folder": rep,
+                "first_failure": first,
+                "tried_hosts": [],
+            },
+            runs=[rep],
+            estimate_s=160.0,
+            duration_s=142.3,
+            runs_made=4,
+            builds_made=1,
+        ),
+        Step(
+            StepName.EXPLAIN,
+            StepStatus.DONE,
+            headline="env_start waits on an OpenMP team started before fork",
+            result={
+                "report": first,
+                "kind": "hang",
+                "mechanism": "deadlock",
+                "location": "env_start",
+                "location_frames": frames,
+                "causes": [
+                    {
+                        "id": "openmp-after-fork",
+                        "title": "OpenMP used in a forked child",
+                        "confidence": "high",
+                        "sentence": "libgomp's thread pool does not survive fork: the child "
+                        "waits for workers that exist only in the parent",
+                        "remedies": ["build without -fopenmp", "OMP_NUM_THREADS=1 in workers"],
+                    },
+                    {"id": "lock-order", "title": "lock order", "confidence": "low"},
+                ],
+                "waits": ["main (pid 4242) waits in futex for gomp team thread 4243 (absent)"],
+                "blame": {},
+                "doctor": [
+                    {
+                        "name": "openmp-after-fork",
+                        "status": "fail",
+                        "detail": "a child of a process that used OpenMP hangs in its region",
+                    }
+                ],
+            },
+            runs=[first],
+            estimate_s=5.0,
+            duration_s=1.2,
+        ),
+        Step(
+            StepName.KNOBS,
+            StepStatus.DONE,
+            headline="2 knobs ruled out, 1 changes it",
+            result={
+                "folder": knobs,
+                "knobs": [
+                    {
+                        "label": "--vec.num-threads",
+                        "values": [1, 2],
+                        "effect": "ruled-out",
+                        "line": "hang 3/3 at every value",
+                    },
+                    {
+                        "label": "--base.async",
+                        "values": ["0", "1"],
+                        "effect": "ruled-out",
+                        "line": "hang 3/3 at every value",
+                    },
+                    {
+                        "label": "OMP_NUM_THREADS",
+                        "values": ["1", "2"],
+                        "effect": "changes",
+                        "line": "1: pass 3/3; 2: hang 3/3",
+                    },
+                ],
+                "conclusion": "the hang needs an OpenMP team of more than one thread",
+            },
+            runs=[knobs],
+            estimate_s=300.0,
+            duration_s=281.0,
+            runs_made=12,
+        ),
+        Step(
+            StepName.FIXES,
+            StepStatus.DONE,
+            headline="omp-free and fixed pass (confirmed)",
+            result={
+                "folder": fixes,
+                "decision": "confirmed",
+                "confirmed": True,
+                "fix_variant": "omp-free",
+                "variants": [
+                    {"variant": "stock", "summary": "hang 4/4", "runs": 4, "kinds": {"hang": 4}},
+                    {"variant": "omp-free", "summary": "pass 4/4", "runs": 4, "kinds": {"pass": 4}},
+                    {"variant": "fixed", "summary": "pass 4/4", "runs": 4, "kinds": {"pass": 4}},
+                ],
+                "summary": "omp-free: 0/4 failed against stock's 4/4",
+                "changes": ["setup.py: -fopenmp removed from extra_compile_args"],
+            },
+            runs=[fixes],
+            estimate_s=300.0,
+            duration_s=250.5,
+            runs_made=8,
+            builds_made=2,
+        ),
+        Step(StepName.HISTORY, StepStatus.SKIPPED, reason="no git source (a path source)"),
+    ]
+    return TriageResult(
+        env="breakout",
+        directory=root,
+        steps=steps,
+        pin="replica",
+        started_at="2025-06-01T12:00:00",
+        finished_at="2025-06-01T12:11:15",
+        budget_s=900.0,
+        spent_s=675.0,
+        reproduced=True,
+        fix_confirmed="omp-free",
+        conclusion=[
+            "hang 4/4 in env_start: openmp-after-fork",
+            "the knobs --vec.num-threads, --base.async do not matter; OMP_NUM_THREADS does",
+            "omp-free fixes it (confirmed)",
+        ],
+        host=dict(HOST),
+        commands=[
+            "harness run breakout --pin replica --repeat 4",
+            "harness compare breakout --pin replica --variant stock --variant omp-free",
+        ],
+    )
+
+
+def git_history(root: Path) -> TriageResult:
+    """A triage of a fork pin over a git history, with the first bad commit found."""
+    r = replica(root)
+    r.pin = "fork"
+    hist = run_folder(root, "history", "bisect.json", "index.html")
+    explain = r.step(StepName.EXPLAIN)
+    explain.result["blame"] = {
+        "commit": "3f2a9c1d",
+        "subject": "vec: start the envs",
+        "file": "pufferlib/vector.c",
+        "line": 212,
+        "pragma_commit": "107717e7",
+        "pragma_subject": "compact everything",
+    }
+    history = r.step(StepName.HISTORY)
+    history.status, history.reason = StepStatus.DONE, ""
+    history.headline = "first bad: 107717e7 compact everything"
+    history.runs = [hist]
+    history.duration_s, history.estimate_s = 210.0, 240.0
+    history.result = {
+        "good": "a1b2c3d4",
+        "good_how": "found searching back 8 commits",
+        "searched": [
+            {"sha": "c0ffee12", "classification": "bad"},
+            {"sha": "a1b2c3d4", "classification": "good"},
+        ],
+        "bad": "c0ffee12",
+        "status": "found",
+        "first_bad": {
+            "sha": "107717e7",
+            "subject": "compact everything",
+            "author": "Dev <dev@example.org>",
+            "date": "2025-03-02",
+            "diffstat": " pufferlib/vector.c | 14 ++++++++------\n 1 file changed",
+            "blame": "pufferlib/vector.c:212",
+        },
+        "possible": [],
+        "folder": hist,
+        "confidence": "high (each good end clean in 6 runs)",
+    }
+    r.first_bad = "107717e7"
+    return r
+
+
+def sections(md: str) -> dict[str, str]:
+    parts = re.split(r"^## (.+)$", md.split("\n---\n")[0], flags=re.MULTILINE)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+
+
+def check_rendered(text: str) -> None:
+    """Nothing unrendered: no Python None, no leftover format field, no repr of a dict."""
+    assert text.strip()
+    assert "None" not in text and "{'" not in text
+    assert not re.search(r"\{[a-z_]+\}", text), re.search(r"\{[a-z_]+\}", text)
+
+
+# ---------------------------------------------------------------- issue.md
+
+
+def test_replica_issue_has_every_section_and_says_history_was_not_investigated(
+    tmp_path: Path,
+) -> None:
+    written = write_story(replica(tmp_path))
+    assert sorted(p.name for p in written) == ["issue.md", "triage.html"]
+    md = (tmp_path / "issue.md").read_text()
+    check_rendered(md)
+    got = sections(md)
+    assert list(got) == list(SECTIONS)
+    assert "glibc 2.36" in got["Environment"] and "0-1" in got["Environment"]
+    assert "libgomp.so" in got["Environment"] and "OMP\\_NUM\\_THREADS" not in md  # `_` kept
+    assert "8.0 GiB" in got["Environment"] and "none found" in got["Environment"]
+    assert "4/4 runs failed (100%, 95% interval 51%–100%)" in got["Symptom"]
+    assert "`env_start`" in got["Symptom"] and "openmp-after-fork" in got["Symptom"]
+    assert "waits in futex" in got["Symptom"] and "gomp\\_team" not in got["Symptom"]
+    assert "harness run breakout --pin replica --repeat 4" in got["Reproduction"]
+    assert "First bad commit: not investigated: no git source (a path source)." in got["Blame"]
+    knobs = got["Knobs"]
+    assert knobs.index("Ruled out") < knobs.index("`--vec.num-threads`")
+    assert knobs.index("Change the outcome") < knobs.index("`OMP_NUM_THREADS`")
+    assert "Passes: `omp-free` — confirmed." in got["Fix"]
+    assert "-fopenmp removed" in got["Fix"]
+
+
+def test_git_history_issue_names_the_first_bad_commit_and_the_pragmas(tmp_path: Path) -> None:
+    write_story(git_history(tmp_path))
+    md = (tmp_path / "issue.md").read_text()
+    check_rendered(md)
+    blame = sections(md)["Blame"]
+    assert "`107717e7` compact everything" in blame
+    assert "**the commit that brought its construct in**: `107717e7` compact everything" in blame
+    assert "`pufferlib/vector.c:212`: `3f2a9c1d` vec: start the envs" in blame
+    assert "pufferlib/vector.c | 14" in blame and "found searching back 8 commits" in blame
+
+
+def test_steps_that_did_not_run_say_why_in_one_line(tmp_path: Path) -> None:
+    r = replica(tmp_path)
+    for name, status, reason in (
+        (StepName.KNOBS, StepStatus.SKIPPED, "budget: needs 300 s, 40 s left"),
+        (StepName.FIXES, StepStatus.PENDING, ""),
+        (StepName.EXPLAIN, StepStatus.FAILED, "gdb is missing"),
+    ):
+        step = r.step(name)
+        step.status, step.reason, step.result = status, reason, {}
+    write_story(r)
+    got = sections((tmp_path / "issue.md").read_text())
+    assert got["Knobs"].strip() == "not investigated: budget: needs 300 s, 40 s left"
+    assert got["Fix"].strip() == "not investigated yet"
+    assert "could not be investigated: gdb is missing" in got["Symptom"]
+    page = (tmp_path / "triage.html").read_text()
+    assert "skipped: budget: needs 300 s, 40 s left" in page
+    assert "not reached: no reason recorded (a triage continues with --resume)" in page
+    assert "failed: gdb is missing" in page
+
+
+HOSTILE = "<script>alert(1)</script> [x](http://evil) # \u202eevil\u202c `tick` | cell"
+
+
+def test_hostile_run_text_stays_text(tmp_path: Path) -> None:
+    r = replica(tmp_path)
+    rep, exp = r.step(StepName.REPRODUCE), r.step(StepName.EXPLAIN)
+    rep.result["summary"] = HOSTILE
+    exp.result["location"] = HOSTILE
+    exp.result["waits"] = [HOSTILE]
+    rep.headline = "# " + HOSTILE
+    r.commands.append("echo ```\n## not a heading")
+    write_story(r)
+    md = (tmp_path / "issue.md").read_text()
+    # inside a code span markup is shown as it is; outside one it is an entity
+    outside_code = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", md)
+    assert "<script>" not in outside_code and "&lt;script&gt;" in md
+    assert "``<script>alert(1)</script>" in md
+    assert "\u202e" not in md and "\u202c" not in md
+    assert "[x](http" not in outside_code and "\\[x\\](http" in md
+    assert list(sections(md)) == list(SECTIONS)  # no heading came from run text
+    fences = re.findall(r"^(`{3,})sh$", md, flags=re.MULTILINE)
+    assert fences and len(fences[0]) > 3  # longer than the ``` inside the command
+    page = (tmp_path / "triage.html").read_text()
+    assert "<script>alert" not in page and "\u202e" not in page
+
+
+def test_a_run_folder_that_is_gone_is_not_linked(tmp_path: Path) -> None:
+    r = replica(tmp_path)
+    fixes = r.step(StepName.FIXES)
+    fixes.result["folder"] = "fixes-gone"
+    fixes.runs = ["fixes-gone", "../outside", str(tmp_path.parent / "elsewhere")]
+    outside = tmp_path.parent / "outside"
+    outside.mkdir(exist_ok=True)
+    (outside / "index.html").write_text("x")
+    (tmp_path / "link-out").symlink_to(outside)
+    r.step(StepName.KNOBS).result["folder"] = "link-out"
+    write_story(r)
+    page = (tmp_path / "triage.html").read_text()
+    hrefs = [unquote(h) for h in re.findall(r'href="([^"]+)"', page)]
+    assert hrefs and "reproduce/repeat.json" in hrefs
+    assert all((tmp_path / h).is_file() for h in hrefs)
+    assert not any("gone" in h or ".." in h or "link-out" in h for h in hrefs)
+    assert '<li>fixes-gone <span class="muted">(no file)</span></li>' in page  # named, as text
+
+
+def test_evidence_links_only_regular_files_inside(tmp_path: Path) -> None:
+    run_folder(tmp_path, "a/b", "report.html")
+    ev = Evidence(tmp_path)
+    assert ev.page_of("a/b") == "a/b/report.html"
+    assert ev.page_of(str(tmp_path / "a/b")) == "a/b/report.html"
+    assert ev.page_of("a/b/report.html") == "a/b/report.html"
+    assert ev.page_of("a") is None and ev.page_of("/etc") is None and ev.page_of(None) is None
+    assert ev.page_of("../" + tmp_path.name + "/a/b") is None
+
+
+def test_results_missing_every_key_still_render(tmp_path: Path) -> None:
+    """The engine treats every key as optional: a step done with an empty or mistyped
+    result is "not known", not a crash."""
+    r = replica(tmp_path)
+    for step in r.steps:
+        step.status, step.result = StepStatus.DONE, {}
+    r.step(StepName.EXPLAIN).result = {"causes": "nope", "waits": 3, "blame": [1], "runs": "x"}
+    r.step(StepName.REPRODUCE).result = {"counts": {"hang": "two"}, "failure_rate_ci95": [None]}
+    r.host = {}
+    r.commands = []
+    write_story(r)
+    md = (tmp_path / "issue.md").read_text()
+    check_rendered(md)
+    assert list(sections(md)) == list(SECTIONS) and "not known" in md
+
+
+def test_triage_json_round_trip_renders_the_same(tmp_path: Path) -> None:
+    r = git_history(tmp_path)
+    write_story(r)
+    first = (tmp_path / "issue.md").read_text()
+    again = TriageResult.from_json(json.loads(json.dumps(r.to_json())), tmp_path)
+    write_story(again)
+    assert (tmp_path / "issue.md").read_text() == first
+
+
+# ---------------------------------------------------------------- triage.html in Chromium
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("shape", [replica, git_history])
+def test_story_page_in_a_browser(tmp_path: Path, open_page: Any, shape: Any) -> None:  # noqa: F811
+    r = shape(tmp_path)
+    hostile = r.step(StepName.EXPLAIN)
+    hostile.result["waits"] = ["<img src=x onerror=alert(1)> waits"]
+    write_story(r)
+    opened = open_page(tmp_path / "triage.html")
+    page = opened.page
+    assert opened.errors == [] and opened.requests == []
+    for ident in STORY_IDS:
+        assert page.locator(f"#{ident}").count() == 1, ident
+    assert page.locator("img").count() == 0
+    assert "<img src=x" in page.locator("#where").inner_text()
+    hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
+    assert len(hrefs) >= 6
+    for href in hrefs:
+        assert href.startswith("file://"), href
+        target = Path(unquote(href.removeprefix("file://")))
+        assert target.is_file() and target.is_relative_to(tmp_path.resolve()), href
+    when = page.locator("#when").inner_text()
+    if shape is replica:
+        assert "skipped: no git source" in when
+    else:
+        assert "107717e7 compact everything" in when
+    assert "11.2 min spent of 15.0 min" in page.locator("#verdict").inner_text()
