@@ -145,6 +145,12 @@ def test_exit_codes_say_reproduced_and_fixed() -> None:
 # ---------------------------------------------------------------- --resume refuses, one line
 
 
+def _step_json(field: str) -> str:
+    """A triage.json whose finished Reproduce step has `field` (raw JSON text)."""
+    step = f'{{"name": "reproduce", "status": "done", {field}}}'
+    return f'{{"mode": "triage", "schema_version": 1, "env": "breakout", "steps": [{step}]}}'
+
+
 @pytest.mark.parametrize(
     ("content", "said"),
     [
@@ -153,6 +159,12 @@ def test_exit_codes_say_reproduced_and_fixed() -> None:
         ('{"mode": "bisect", "schema_version": 1}', "not a harness triage"),
         ('{"mode": "triage", "schema_version": 1, "env": "cartpole", "steps": []}', "cartpole"),
         ('{"mode": "triage", "schema_version": 1, "env": "breakout", "steps": [{}]}', "damaged"),
+        # found by review: values of the wrong type in a finished step were a traceback
+        (_step_json('"runs_made": Infinity'), "is not a count"),
+        (_step_json('"duration_s": "12"'), "is not a number of seconds"),
+        (_step_json('"result": {"run_s": "abc"}'), "is not a number of seconds"),
+        (_step_json('"result": {"counts": {"hang": "x"}}'), "is not a count"),
+        (_step_json('"result": {"kind": "bogus"}'), "damaged"),
     ],
 )
 def test_resume_refuses_a_damaged_or_newer_triage(

@@ -166,6 +166,7 @@ def replica(root: Path) -> TriageResult:
                 "decision": "confirmed",
                 "confirmed": True,
                 "fix_variant": "omp-free",
+                "fix_text": "omp-free passes 4/4 runs against 4/4 of stock",
                 "variants": [
                     {"variant": "stock", "summary": "hang 4/4", "runs": 4, "kinds": {"hang": 4}},
                     {"variant": "omp-free", "summary": "pass 4/4", "runs": 4, "kinds": {"pass": 4}},
@@ -285,7 +286,7 @@ def test_replica_issue_has_every_section_and_says_history_was_not_investigated(
     knobs = got["Knobs"]
     assert knobs.index("Ruled out") < knobs.index("`--vec.num-threads`")
     assert knobs.index("Change the outcome") < knobs.index("`OMP_NUM_THREADS`")
-    assert "Passes: `omp-free` — confirmed." in got["Fix"]
+    assert "Fix: omp-free passes 4/4 runs against 4/4 of stock." in got["Fix"]
     assert "-fopenmp removed" in got["Fix"]
 
 

@@ -122,9 +122,14 @@ def command(args: argparse.Namespace) -> int:
     try:
         result = run_triage(opts)
     except Interrupted as exc:  # triage.json keeps the finished steps: say how to go on
+        where = (
+            str(args.resume)
+            if args.resume is not None
+            else f"the newest triage folder under {run.report_dir}"
+        )
         print(
             f"harness: triage interrupted by signal {exc.signum}; the finished steps are in "
-            f"{TRIAGE_JSON} of the triage folder under {run.report_dir}: go on with --resume DIR",
+            f"{TRIAGE_JSON} of {where}: go on with --resume DIR",
             file=sys.stderr,
         )
         return outcome.interrupted_code(exc.signum)

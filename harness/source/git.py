@@ -153,8 +153,11 @@ def mirror(pin: Pin, root: Path) -> Path:
     return path
 
 
-def resolve_ref(pin: Pin, root: Path, ref: str) -> tuple[Path, str]:
-    """The commit `ref` names: in the checkout's own refs, else fetched from the pin's URL."""
+def resolve_ref(
+    pin: Pin, root: Path, ref: str, timeout: float = NETWORK_TIMEOUT_S
+) -> tuple[Path, str]:
+    """The commit `ref` names: in the checkout's own refs, else fetched from the pin's URL
+    (within `timeout`: a triage gives it what its budget has left)."""
     repo = mirror(pin, root)
     _git(repo, "fetch", "--quiet", str(root), "+refs/heads/*:refs/heads/*")
     local = tools.run_tool(
@@ -165,7 +168,7 @@ def resolve_ref(pin: Pin, root: Path, ref: str) -> tuple[Path, str]:
     if not pin.source.url:
         raise HarnessError(f"ref {ref!r} is not in {root} and pin {pin.name} has no url", USAGE)
     res = tools.run_tool(
-        ["git", "-C", str(repo), "fetch", "--quiet", pin.source.url, ref], timeout=NETWORK_TIMEOUT_S
+        ["git", "-C", str(repo), "fetch", "--quiet", pin.source.url, ref], timeout=timeout
     )
     if res.returncode != 0 or res.timed_out:
         why = "timed out" if res.timed_out else (res.stderr.strip().splitlines() or ["failed"])[-1]

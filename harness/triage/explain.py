@@ -28,6 +28,7 @@ def explain(ctx: Context) -> Step:
     folder = ctx.result.directory / str(first)
     step.result = explain_report(folder, ctx.pin, min(10.0, max(2.0, ctx.left())))
     step.result["folder"] = first
+    step.result["report"] = first  # the run the story's Where and Why link to
     step.runs.append(str(first))
     step.status = StepStatus.DONE
     causes = step.result.get("causes") or []

@@ -29,12 +29,24 @@ from harness.vocab import SourceKind, VariantKind
 # ----------------------------------------------------------------------------------- Fixes
 
 
+FETCH_LIMIT_S = 60.0  # the most a `ref:` fix's fetch may take of the budget
+
+
 def fix_specs(ctx: Context) -> tuple[list[str], list[str]]:
-    """The baseline and the pin's fixes to compare, and the fixes left out (with why)."""
+    """The baseline and the pin's fixes to compare, and the fixes left out (with why);
+    worked out once per triage (a `ref:` fix may fetch, within FETCH_LIMIT_S and the
+    budget left)."""
+    if ctx.fix_plan is None:
+        ctx.fix_plan = _fix_specs(ctx)
+    return ctx.fix_plan
+
+
+def _fix_specs(ctx: Context) -> tuple[list[str], list[str]]:
     wanted = default_variants(ctx.pin)  # a `ref:` fix is one of the pin's fixes
     keep, left_out = [wanted[0]], []
     for spec in wanted[1:]:
-        why = ref_unreachable(ctx.pin, spec, ctx.opts.run.checkout)
+        limit = max(5.0, min(FETCH_LIMIT_S, ctx.left()))
+        why = ref_unreachable(ctx.pin, spec, ctx.opts.run.checkout, limit)
         if why is None:
             keep.append(spec)
         else:
@@ -42,7 +54,9 @@ def fix_specs(ctx: Context) -> tuple[list[str], list[str]]:
     return keep, left_out
 
 
-def ref_unreachable(pin: Pin, spec: str, checkout: Path | None) -> str | None:
+def ref_unreachable(
+    pin: Pin, spec: str, checkout: Path | None, timeout: float = FETCH_LIMIT_S
+) -> str | None:
     """Why a fix that takes a `ref:` cannot be tried here (None: it can, or has no ref):
     a path source has no refs; a git source's ref must resolve (locally, else fetched
     from the pin's URL, under the fetch's own timeout)."""
@@ -56,7 +70,7 @@ def ref_unreachable(pin: Pin, spec: str, checkout: Path | None) -> str | None:
     try:
         root = locate_checkout(pin, checkout)
         for ref in refs:
-            resolve_ref(pin, root, ref)
+            resolve_ref(pin, root, ref, timeout)
     except HarnessError as exc:
         return f"not reachable: {exc.message}"
     return None
@@ -105,7 +119,18 @@ def fixes(ctx: Context) -> Step:
     }
     step.runs.append(ctx.rel(out) or "")
     step.status = StepStatus.DONE
-    step.headline = f"{fix} fixes it" if fix else res.why
+    if fix:  # its own comparison: "passes" only where it never failed
+        fixed = next(r for r in res.rows if r.variant == fix)
+        rate = failure_rate([fixed])
+        step.result["fix_text"] = (
+            f"{fix} passes {rate.runs}/{rate.runs} runs against {base_rate.text()} of "
+            f"{res.rows[0].variant}"
+            if rate.failures == 0
+            else f"{fix} cuts the failures from {base_rate.text()} to {rate.text()}"
+        )
+        step.headline = step.result["fix_text"]
+    else:
+        step.headline = res.why
     return step
 
 

@@ -322,8 +322,9 @@ def _hunt(step: Step, opts: TriageOptions, pin: Pin, hunt: _Hunt, bad: CommitInf
     else:
         try:
             good, how = _search_back(hunt, pin, bad)
-        except _OutOfBudget:
+        except _OutOfBudget:  # skipped, not done: `--resume` takes it up again
             how = step.reason = "the budget ran out"
+            step.status = StepStatus.SKIPPED
         if good is None:
             out["status"] = NO_GOOD
             deepest = max((int(s.get("back", 0)) for s in hunt.searched), default=0)
@@ -379,6 +380,7 @@ def _bisect(step: Step, res: BisectResult, hunt: _Hunt) -> None:
         res.possible = [res.candidates[i] for i in range(search.lo + 1, search.hi + 1)]
         finish(res, res.status)
         step.reason = "the budget ran out during the bisect"
+        step.status = StepStatus.SKIPPED  # what it learned stays in the result; resume redoes it
     except HarnessError as exc:
         res.error = exc.message
         finish(res, BisectStatus.FAILED)

@@ -7,6 +7,7 @@ reads it back with `from_json` and skips the steps already done."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -67,18 +68,41 @@ class Step:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Step:
+        """A step read back; a value of the wrong type is a ValueError (a damaged file)."""
+        result = data.get("result") or {}
+        runs = data.get("runs") or []
+        if not isinstance(result, dict) or not isinstance(runs, list):
+            raise ValueError(f"step {data.get('name')!r}: result or runs of the wrong type")
         return cls(
             name=StepName(data["name"]),
             status=StepStatus(data["status"]),
             reason=str(data.get("reason", "")),
             headline=str(data.get("headline", "")),
-            result=dict(data.get("result") or {}),
-            runs=[str(r) for r in data.get("runs") or []],
-            estimate_s=data.get("estimate_s"),
-            duration_s=data.get("duration_s"),
-            runs_made=int(data.get("runs_made") or 0),
-            builds_made=int(data.get("builds_made") or 0),
+            result=dict(result),
+            runs=[str(r) for r in runs],
+            estimate_s=seconds(data.get("estimate_s")),
+            duration_s=seconds(data.get("duration_s")),
+            runs_made=count(data.get("runs_made")),
+            builds_made=count(data.get("builds_made")),
         )
+
+
+def seconds(value: Any) -> float | None:
+    """A duration read back: a finite number or null; else a ValueError."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a number of seconds")
+    return float(value)
+
+
+def count(value: Any) -> int:
+    """A count read back: a whole number ≥ 0 (or null: 0); else a ValueError."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{value!r} is not a count")
+    return value
 
 
 @dataclass(frozen=True)

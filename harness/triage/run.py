@@ -22,6 +22,7 @@ from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError, Interrupted
 from harness.files import atomic_write
+from harness.outcome import Kind
 from harness.pipeline.options import option_flags
 from harness.pipeline.stages import limits_for
 from harness.report import store
@@ -35,6 +36,8 @@ from harness.triage.model import (
     StepStatus,
     TriageOptions,
     TriageResult,
+    count,
+    seconds,
 )
 from harness.vocab import SourceKind
 
@@ -106,6 +109,30 @@ def _new(opts: TriageOptions, pin: Pin) -> TriageResult:
     return result
 
 
+def _check_done(step: Step) -> None:
+    """The values of a finished step that later steps read: of the right type, or a
+    ValueError (a damaged file: one line, not a traceback mid-triage)."""
+    r = step.result
+    for key in ("run_s", "build_s", "failure_rate"):
+        seconds(r.get(key))
+    for key in ("runs", "ran", "failures"):
+        count(r.get(key))
+    if step.name is StepName.REPRODUCE:
+        if r.get("kind") is not None:
+            Kind(r["kind"])
+        counts = r.get("counts") or {}
+        if not isinstance(counts, dict):
+            raise ValueError("reproduce: counts is not a table")
+        for kind, n in counts.items():
+            Kind(kind)
+            count(n)
+    causes = r.get("causes") or []
+    if not isinstance(causes, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("id"), str) for c in causes
+    ):
+        raise ValueError(f"{step.name}: causes are not a list of causes")
+
+
 def _resume(opts: TriageOptions) -> TriageResult:
     """DIR/triage.json read bounded; a damaged file, a newer schema or another env's
     triage is one line (exit 5)."""
@@ -126,11 +153,20 @@ def _resume(opts: TriageOptions) -> TriageResult:
         )
     try:
         result = TriageResult.from_json(data, folder)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise HarnessError(f"{where}: damaged triage: {exc!r}", outcome.USAGE) from None
+        for s in result.steps:
+            if s.status is StepStatus.DONE:
+                _check_done(s)
+    except (KeyError, ValueError, TypeError, OverflowError) as exc:
+        raise HarnessError(f"{where}: damaged triage: {exc}", outcome.USAGE) from None
     if result.env != opts.run.env:
         raise HarnessError(
             f"{where} is a triage of {result.env}, not {opts.run.env}", outcome.USAGE
+        )
+    pin = load_pin(opts.run.pin or default_pin(opts.run.checkout)).name
+    if result.pin and result.pin != pin:  # the finished steps are of that pin's runs
+        raise HarnessError(
+            f"{where} is a triage with pin {result.pin}, not {pin}: resume with --pin {result.pin}",
+            outcome.USAGE,
         )
     known = {s.name for s in result.steps}
     result.steps += [Step(n) for n in StepName if n not in known]
@@ -348,6 +384,10 @@ def _story(result: TriageResult) -> list[Path]:
 def exit_code(result: TriageResult) -> int:
     """outcome.TRIAGE_FIXED (0) reproduced and a fix confirmed; TRIAGE_NOT_FIXED (1)
     reproduced, no fix confirmed; TRIAGE_NOT_REPRODUCED (7) no failure here."""
+    repro = result.step(StepName.REPRODUCE)
+    if repro.status is StepStatus.FAILED:  # could not run (a build failed): no answer
+        failed_build = repro.reason.startswith("the build of")
+        return outcome.BUILD_FAILED if failed_build else outcome.USAGE
     if not result.reproduced:
         return outcome.TRIAGE_NOT_REPRODUCED
     return outcome.TRIAGE_FIXED if result.fix_confirmed else outcome.TRIAGE_NOT_FIXED

@@ -54,6 +54,8 @@ class Context:
     deadline: float  # time.monotonic() at which the budget is spent
     hosts: tuple[str, ...] = ()  # profiles Reproduce may try (the pin's triage.hosts)
     knobs: list[Knob] = field(default_factory=list)
+    # Fixes' variants and those left out (with why), worked out once: a `ref:` fix may fetch
+    fix_plan: tuple[list[str], list[str]] | None = None
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -125,7 +127,8 @@ def _repeat(ctx: Context, step: Step, host: str | None) -> tuple[list[RunRow], P
         run_rounds([target], {0: first}, rows, plan, runner, _limit_s(run, ctx.pin), done)
         if _mixed(rows[0]):  # a sometimes-failure: to the cap, as far as the budget allows
             ctx.costs.run_s = _mean_run_s(rows[0], ctx.costs.run_s)
-            cap = budget.cap_for(ctx.costs, 1, ctx.left(), ctx.opts.repeat_cap)
+            # at most half of what is left: the steps after it need time too
+            cap = budget.cap_for(ctx.costs, 1, ctx.left() / 2, ctx.opts.repeat_cap)
             more = cap - len(rows[0])
             if more > 0:
                 run_rounds([target], {0: more}, rows, plan, runner, _limit_s(run, ctx.pin), done)
@@ -174,6 +177,8 @@ def reproduce(ctx: Context) -> Step:
             break
     assert found is not None  # the host as it is is always tried
     rows, out, host = found
+    if not failure_rate(rows).failures:  # nowhere: the host as it is speaks for the rows
+        host = None
     step.result = _reproduce_result(ctx, rows, out, host, tried)
     step.runs.append(ctx.rel(out) or "")
     step.status = StepStatus.DONE

@@ -230,7 +230,11 @@ def _fixes(r: TriageResult, ev: Evidence) -> str:
     folder = pick(res, "folder")
     variant = word(res, "fix_variant")
     decision = word(res, "decision") or NOT_KNOWN
-    passed = f"{variant} ({decision})" if variant and pick(res, "confirmed") is not False else ""
+    passed = (
+        (word(res, "fix_text") or str(variant))
+        if variant and pick(res, "confirmed") is not False
+        else ""
+    )
     out += facts(
         [
             ("fix", _a(ev, folder, passed or f"none confirmed ({decision})")),

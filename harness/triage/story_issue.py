@@ -228,7 +228,7 @@ def _fix(r: TriageResult) -> list[str]:
     )
     confirmed = pick(res, "confirmed")
     if variant and confirmed is not False:
-        out.append(f"Passes: {c(variant)} — {t(word(res, 'decision') or 'confirmed')}.")
+        out.append(f"Fix: {t(word(res, 'fix_text') or variant)}.")
     else:
         out.append(f"No fix confirmed ({t(word(res, 'decision') or NOT_KNOWN)}).")
     if word(res, "summary"):
