@@ -182,6 +182,29 @@ def test_resume_refuses_a_damaged_or_newer_triage(
     assert "Traceback" not in res.stderr
 
 
+def test_resume_refuses_a_steps_folder_that_links_out(
+    tmp_path: Path, cache_env: dict[str, str]
+) -> None:
+    """A resumed folder whose `steps` is a symbolic link out of it: setting a step's old
+    try aside would rename files wherever it points. One line, nothing moved."""
+    folder = tmp_path / "old"
+    outside = tmp_path / "outside"
+    (outside / "reproduce").mkdir(parents=True)
+    folder.mkdir()
+    (folder / "steps").symlink_to(outside)
+    (folder / "triage.json").write_text(
+        '{"mode": "triage", "schema_version": 1, "env": "breakout", "steps": []}'
+    )
+    res = triage(
+        "breakout", "--resume", str(folder), report_dir=tmp_path / "r", env=cache_env, timeout=60
+    )
+    assert res.returncode == outcome.USAGE, res.stderr
+    assert (
+        "a symbolic link" in res.stderr.strip().splitlines()[-1] and "Traceback" not in res.stderr
+    )
+    assert (outside / "reproduce").is_dir() and list(outside.iterdir()) == [outside / "reproduce"]
+
+
 def test_resume_of_a_missing_folder_and_a_link_out(tmp_path: Path) -> None:
     """A triage.json that is a symlink out of its folder is refused like a report's."""
     outside = tmp_path / "elsewhere.json"

@@ -188,6 +188,7 @@ def test_known_good_refs_need_a_git_source_also_when_merged(tmp_path: Path) -> N
         ('knobs = [{ env = "OMP WAIT", values = ["1"] }]', " env", "environment variable"),
         ('knobs = [{ env = "X", values = ["a,b"] }]', "values", "comma"),
         ('knobs = [{ env = "X", values = ["1", "1"] }]', "values", "given twice"),
+        ('knobs = [{ env = "X", values = ["default"] }]', "values", "names the run without"),
         ('knobs = [{ env = "X", values = [1] }]', "values", "list of strings"),
         ('knobs = [{ env = "X", values = ["\\n"] }]', "values", "printable"),
         (

@@ -89,6 +89,10 @@ def _env_name(value: str) -> str:
     return value
 
 
+# a knob's value that stands for "not set" in triage's tables (its Reproduce runs)
+KNOB_DEFAULT = "default"
+
+
 def _knob_values(value: Any) -> Any:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise fail(f"expected a list of strings, not {show(value)}")
@@ -99,6 +103,8 @@ def _knob_values(value: Any) -> Any:
             raise fail(f"a value must be printable text, not {show(item)}")
         if "," in item:  # sweep's --set/--env split on commas: triage's commands could not
             raise fail(f"a value may not hold a comma (sweep splits values on it): {show(item)}")
+        if item == KNOB_DEFAULT:  # triage's name for "no override": Reproduce's own runs
+            raise fail(f"{KNOB_DEFAULT!r} names the run without the knob; give the value itself")
     if len(set(value)) != len(value):
         raise fail(f"a value is given twice: {show(value)}")
     return value

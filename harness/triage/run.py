@@ -272,8 +272,10 @@ def _one_step(ctx: steps.Context, name: StepName) -> None:
 def _set_aside(folder: Path) -> None:
     """The runs of an earlier, unfinished try of a step (an interrupted triage, resumed):
     kept beside it, never mixed into the new try's run folders."""
-    if not folder.exists():
+    if not folder.exists() and not folder.is_symlink():
         return
+    if folder.is_symlink() or folder.parent.is_symlink():  # a resumed folder's own, only
+        raise HarnessError(f"{folder}: a symbolic link; a triage folder's steps are its own")
     n = 1
     while (aside := folder.with_name(f"{folder.name}.unfinished-{n}")).exists():
         n += 1

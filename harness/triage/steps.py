@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config.causes import KNOB_DEFAULT
 from harness.config.defaults import compare_baseline
 from harness.config.hostprofile import load_host
 from harness.config.pin import Pin
@@ -38,7 +39,7 @@ from harness.report.runs import RunRow
 from harness.triage import budget
 from harness.triage.model import Step, StepName, StepStatus, TriageOptions, TriageResult
 
-DEFAULT = "default"  # a knob's value where no override is given (Reproduce's runs)
+DEFAULT = KNOB_DEFAULT  # a knob's value where no override is given (Reproduce's runs)
 
 
 @dataclass
