@@ -234,3 +234,15 @@ def libgomp_fork_hazard() -> str:
             + (f" (the file is {found.name})" if found else "")
         )
     return runtime
+
+
+@pytest.fixture(scope="module")
+def private_harness_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A harness build cache of the module's own, and no HARNESS_CHECKOUT from the caller:
+    the modules that build generated histories (bisect, flaky bisect, triage's History)
+    use it with `pytestmark = pytest.mark.usefixtures("private_harness_cache")`."""
+    cache = tmp_path_factory.mktemp("harness-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HARNESS_CACHE_DIR", str(cache))
+        mp.delenv("HARNESS_CHECKOUT", raising=False)
+        yield cache

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,9 @@ from harness.pipeline.options import RunOptions
 from harness.vocab import BisectRole
 from tests.gitrepo import ROOT, SUBJECTS, History, git, make_history, plan_with, write_scenario
 
+# a build cache of the module's own (its histories build many commits; tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("private_harness_cache")
+
 # the replica's first dashboard comes after ~0.5 s here, and frames every ~0.5 s; a hang is
 # declared at 4 s (3 s once called the good end's healthy run a hang while three test workers
 # loaded two cores)
@@ -31,15 +33,6 @@ STARTUP_S = 4
 
 def log2_ceil(n: int) -> int:
     return (n - 1).bit_length()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    cache = tmp_path_factory.mktemp("harness-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HARNESS_CACHE_DIR", str(cache))
-        mp.delenv("HARNESS_CHECKOUT", raising=False)
-        yield cache
 
 
 def history(tmp_path_factory: pytest.TempPathFactory, name: str, plan: list[str]) -> History:

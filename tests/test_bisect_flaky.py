@@ -10,7 +10,6 @@ import os
 import random
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -45,6 +44,9 @@ from harness.stats import Rate, clean_runs_needed, miss_chance
 from harness.vocab import BisectRole
 from tests.facts import missing, require_tool
 from tests.gitrepo import git
+
+# a build cache of the module's own (its histories build many commits; tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("private_harness_cache")
 
 # ---------------------------------------------------------------- the program and its history
 
@@ -260,15 +262,6 @@ def repeat_for(rate: Rate) -> int:
         if RISK_POINTS * miss_chance(n, low) <= TEST_MISS:
             return n
     pytest.fail(f"the race hangs too rarely here for a quick bisect: {rate.text()}")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    cache = tmp_path_factory.mktemp("harness-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HARNESS_CACHE_DIR", str(cache))
-        mp.delenv("HARNESS_CHECKOUT", raising=False)
-        yield cache
 
 
 @pytest.fixture(scope="module")

@@ -126,12 +126,11 @@ def test_bad_repeat_input_is_one_line(tmp_path: Path) -> None:
         assert text in lines[-1] and (len(lines) == 1 or lines[0].startswith("usage:")), lines
 
 
-def test_an_interrupt_stops_every_run(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
-    """SIGINT while two runs hang (a long quiescence window keeps them running): both child
-    harnesses are stopped, their trainers killed, and the harness exits 130."""
-    exe = c_program("mutex_deadlock")
+def two_runs_hanging(exe: Path, report_dir: Path) -> subprocess.Popen[bytes]:
+    """`harness watch --repeat 4 --jobs 2` of a deadlock, returned once both of its first
+    two runs' trainers are up (a long quiescence window keeps them hanging unjudged)."""
     argv = [sys.executable, "-m", "harness", "watch", "--repeat", "4", "--jobs", "2",
-            "--quiescent", "60", "--stall", "60", "--quiet", "--report-dir", str(tmp_path),
+            "--quiescent", "60", "--stall", "60", "--quiet", "--report-dir", str(report_dir),
             "--", str(exe)]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -139,6 +138,18 @@ def test_an_interrupt_stops_every_run(tmp_path: Path, c_program: Callable[[str],
         while len(left_running(exe.name)) < 2:
             assert time.monotonic() < deadline and proc.poll() is None, "runs never started"
             time.sleep(0.2)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
+
+
+def test_an_interrupt_stops_every_run(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
+    """SIGINT while two runs hang (a long quiescence window keeps them running): both child
+    harnesses are stopped, their trainers killed, and the harness exits 130."""
+    exe = c_program("mutex_deadlock")
+    proc = two_runs_hanging(exe, tmp_path)
+    try:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -166,15 +177,8 @@ def test_a_sigkilled_harness_leaves_no_run_behind(
     it (PR_SET_PDEATHSIG through the reaper's exec wrapper), and each child's own reaper
     kills its trainer."""
     exe = c_program("mutex_deadlock")
-    argv = [sys.executable, "-m", "harness", "watch", "--repeat", "4", "--jobs", "2",
-            "--quiescent", "60", "--stall", "60", "--quiet", "--report-dir", str(tmp_path),
-            "--", str(exe)]  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = two_runs_hanging(exe, tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while len(left_running(exe.name)) < 2:
-            assert time.monotonic() < deadline and proc.poll() is None, "runs never started"
-            time.sleep(0.2)
         children = [p for p in psutil.Process(proc.pid).children() if p.is_running()]
         assert len(children) == 2, children
         proc.kill()

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +21,10 @@ from harness.triage.history import history_step
 from harness.triage.model import Step, StepName, StepStatus, TriageOptions, TriageResult
 from tests.gitrepo import ROOT, SUBJECTS, History, make_history, plan_with, write_scenario
 
+# a build cache of the module's own (its histories build many commits; tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("private_harness_cache")
+
 STARTUP_S = 4  # as tests/test_bisect.py: the replica's first dashboard comes after ~0.5 s
-
-
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    cache = tmp_path_factory.mktemp("harness-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HARNESS_CACHE_DIR", str(cache))
-        mp.delenv("HARNESS_CHECKOUT", raising=False)
-        yield cache
 
 
 # the base, then 6 commits; "compact everything" is commit 3. From the bad end (6) the

@@ -14,7 +14,7 @@ from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError, Interrupted
 from harness.outcome import USAGE
-from harness.pipeline.children import MARGIN_S, ChildRuns
+from harness.pipeline.children import ChildRuns
 from harness.pipeline.decide import Judged, judge_compare, next_round
 from harness.pipeline.options import RunOptions
 from harness.pipeline.repeat import (
@@ -26,9 +26,9 @@ from harness.pipeline.repeat import (
     combined,
     progress_done,
     run_argv,
+    run_limit,
     run_rounds,
 )
-from harness.pipeline.stages import limits_for
 from harness.report.matrix import Matrix
 from harness.report.runs import RunRow, row_from_error
 from harness.vocab import Decision
@@ -106,7 +106,7 @@ def compare_variants(
     check_env(pin, settings.upstream_env)
     try:
         builds = build_each(opts, pin, specs, settings.upstream_env)
-        limit_s = limits_for(opts, settings).wall_s + MARGIN_S
+        limit_s = run_limit(opts, settings)
         rows = _rounds(opts, specs, builds, out, limit_s, plan)
     finally:
         opts.progress.close()

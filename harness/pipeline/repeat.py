@@ -17,7 +17,7 @@ from pathlib import Path
 from harness import outcome
 from harness.config.defaults import default_pin
 from harness.config.pin import Pin, check_env, load_pin
-from harness.config.scenario import load_scenario
+from harness.config.scenario import RunSettings, load_scenario
 from harness.errors import HarnessError, Interrupted
 from harness.execute.conditions import check_available
 from harness.outcome import USAGE
@@ -315,11 +315,10 @@ def build_each(base: RunOptions, pin: Pin, specs: Sequence[str], env: str) -> di
     return builds
 
 
-def run_limit(base: RunOptions) -> float:
-    """A child harness run's hard limit: the run's wall limit and a margin."""
-    scenario = load_scenario(base.scenario or base.env)
-    pin = load_pin(base.pin or default_pin(base.checkout))
-    return limits_for(base, scenario.settings(pin.lineage)).wall_s + MARGIN_S
+def run_limit(base: RunOptions, settings: RunSettings) -> float:
+    """A child harness run's hard limit: the run's wall limit (its options', else its
+    scenario's) and the margin for startup, sampling and the report."""
+    return limits_for(base, settings).wall_s + MARGIN_S
 
 
 def _one_target(
@@ -345,7 +344,7 @@ def repeat_run(opts: RunOptions, plan: Repeat, out: Path) -> list[RunRow]:
         built = build_each(opts, pin, [opts.variant], settings.upstream_env)[opts.variant]
         if built.startswith(FAILED):  # every run would fail the same way: say it once
             raise HarnessError(f"the build of {opts.variant} {built}", outcome.BUILD_FAILED)
-        limit_s = limits_for(opts, settings).wall_s + MARGIN_S
+        limit_s = run_limit(opts, settings)
         target = Target(out, run_argv(opts, opts.variant), {}, opts.variant)
         return _one_target(target, plan, limit_s, opts.progress)
     finally:

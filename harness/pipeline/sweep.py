@@ -22,7 +22,7 @@ from harness.config.pin import check_env, load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError, Interrupted
 from harness.outcome import USAGE, Kind
-from harness.pipeline.children import MARGIN_S, ChildRuns
+from harness.pipeline.children import ChildRuns
 from harness.pipeline.decide import failures_text, judge_knob
 from harness.pipeline.options import RunOptions
 from harness.pipeline.repeat import (
@@ -34,9 +34,9 @@ from harness.pipeline.repeat import (
     combined,
     progress_done,
     run_argv,
+    run_limit,
     run_rounds,
 )
-from harness.pipeline.stages import limits_for
 from harness.report.matrix import Matrix
 from harness.report.runs import RunRow, row_from_error
 from harness.vocab import AxisKind
@@ -203,7 +203,7 @@ def run_sweep(
     progress = base.progress
     try:
         result.builds = build_each(base, pin, specs, settings.upstream_env)
-        limit_s = limits_for(base, settings).wall_s + MARGIN_S
+        limit_s = run_limit(base, settings)
         result.rows = _run_cells(base, cells, out, limit_s, plan, result.builds)
     finally:
         progress.close()

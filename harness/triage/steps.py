@@ -19,7 +19,7 @@ from harness.config.scenario import load_scenario
 from harness.errors import HarnessError
 from harness.execute.conditions import HostConditions
 from harness.outcome import Kind
-from harness.pipeline.children import MARGIN_S, ChildRuns
+from harness.pipeline.children import ChildRuns
 from harness.pipeline.options import RunOptions
 from harness.pipeline.repeat import (
     FAILED,
@@ -28,9 +28,9 @@ from harness.pipeline.repeat import (
     build_each,
     progress_done,
     run_argv,
+    run_limit,
     run_rounds,
 )
-from harness.pipeline.stages import limits_for
 from harness.pipeline.sweep import Knob
 from harness.report.live import LiveProgress
 from harness.report.matrix import write_matrix
@@ -94,11 +94,6 @@ def builds_made(builds: dict[str, str]) -> int:
     return sum(1 for b in builds.values() if b.startswith("built"))
 
 
-def _limit_s(run: RunOptions, pin: Pin) -> float:
-    settings = load_scenario(run.scenario or run.env).settings(pin.lineage)
-    return limits_for(run, settings).wall_s + MARGIN_S
-
-
 # ------------------------------------------------------------------------------- Reproduce
 
 
@@ -125,14 +120,14 @@ def _repeat(ctx: Context, step: Step, host: str | None) -> tuple[list[RunRow], P
     done = progress_done(ctx.progress)
     runner = ChildRuns()
     try:
-        run_rounds([target], {0: first}, rows, plan, runner, _limit_s(run, ctx.pin), done)
+        run_rounds([target], {0: first}, rows, plan, runner, run_limit(run, settings), done)
         if _mixed(rows[0]):  # a sometimes-failure: to the cap, as far as the budget allows
             ctx.costs.run_s = _mean_run_s(rows[0], ctx.costs.run_s)
             # at most half of what is left: the steps after it need time too
             cap = budget.cap_for(ctx.costs, 1, ctx.left() / 2, ctx.opts.repeat_cap)
             more = cap - len(rows[0])
             if more > 0:
-                run_rounds([target], {0: more}, rows, plan, runner, _limit_s(run, ctx.pin), done)
+                run_rounds([target], {0: more}, rows, plan, runner, run_limit(run, settings), done)
     finally:
         step.runs_made += len(rows.get(0, []))
         if rows.get(0):
