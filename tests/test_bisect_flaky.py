@@ -321,7 +321,11 @@ def test_flaky_bad_commit_is_named(
     for s in good:
         assert s.miss == pytest.approx(posterior_miss(n, rate))
     assert r.confidence == pytest.approx(joint_confidence(rate, [n] * len(good)))
-    assert r.confidence is not None and r.confidence > 0.9
+    # how high it is depends on how many runs the bad end took to show the race (its rate
+    # is 1/k, k random: CI once saw k = 3 and a stated 0.86); when it showed at the first
+    # run, N clean runs per good step state more than 90%
+    if rate.runs == 1:
+        assert r.confidence is not None and r.confidence > 0.9
     data = json.loads((r.directory / "report.json").read_text())
     assert data["repeat"] == n
     assert data["result"]["confidence"]["runs_per_step"] == [len(s.runs) for s in r.steps]
