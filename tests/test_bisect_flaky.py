@@ -50,16 +50,16 @@ pytestmark = pytest.mark.usefixtures("private_harness_cache")
 
 # ---------------------------------------------------------------- the program and its history
 
-# Two threads post and audit entries over two mutexes. In the good commits both take the
-# ledger first; the bad commit makes the auditor take the journal first. Each round a coin
-# (seeded from the clock and the pid) decides whether the auditor starts its round while
-# the poster holds the ledger and waits for it (up to 50 ms; two rounds in three) or only
-# after the poster is done. When they overlap in the bad commits, both block in
-# pthread_mutex_lock forever: a real deadlock, in about two runs of three on any host. Why a coin and not timing alone: a
-# fixed hold between the locks deadlocked in 100% of runs on a quiet 2-CPU machine and in
-# 68% on a loaded one, and the self-tuning race of tests/programs/flaky_lockorder.c (which
-# test_repeat uses) still went from 57% quiet to 90% beside two busy loops; this test needs
-# a rate that stays well inside (0, 1) under the suite's own load.
+# Two threads post and audit entries over two mutexes. In the good commits both take the ledger
+# first; the bad commit makes the auditor take the journal first. Each round a coin (seeded from
+# the clock and the pid) decides whether the auditor starts its round while the poster holds the
+# ledger and waits for it (up to 50 ms; two rounds in three) or only after the poster is done.
+# When they overlap in the bad commits, both block in pthread_mutex_lock forever: a real deadlock,
+# in about two runs of three on any host. Why a coin and not timing alone: a fixed hold between
+# the locks deadlocked in 100% of runs on a quiet 2-CPU machine and in 68% on a loaded one, and
+# the self-tuning race of tests/programs/flaky_lockorder.c (which test_repeat uses) still went
+# from 57% quiet to 90% beside two busy loops; this test needs a rate that stays well inside (0,
+# 1) under the suite's own load.
 RACE_C = """\
 /* {marker} */
 #define _GNU_SOURCE
