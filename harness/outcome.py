@@ -24,6 +24,7 @@ class Kind(StrEnum):
     TIMEOUT_PROGRESSING = "timeout-progressing"
     INTERRUPTED = "interrupted"
     ERROR = "error"  # a multi-run row whose run could not be prepared
+    EXITED = "exited"  # `harness attach`: the process exited while watched
 
 
 # exit codes that are not a verdict
@@ -82,6 +83,15 @@ _ALL = (
     # compare/bisect/sweep rows whose run could not be prepared (a variant that does not
     # apply to a commit, a missing tool): a row, not a verdict of the trainer
     Outcome(Kind.ERROR, USAGE, True, False, "bold magenta", "the run could not be prepared"),
+    # attach: the target was not started by the harness, so its exit status is its parent's
+    Outcome(
+        Kind.EXITED,
+        8,
+        False,
+        False,
+        "bold cyan",
+        "harness attach: the process exited while watched (its status is its parent's)",
+    ),
 )
 
 OUTCOMES: dict[Kind, Outcome] = {o.kind: o for o in _ALL}

@@ -36,6 +36,8 @@ class Trigger(StrEnum):
     QUIESCENT = "quiescent"
     EXIT = "exit"  # the process exited on its own
     INTERRUPT = "interrupt"  # the harness itself was interrupted
+    # `harness attach`: its window ended before the tree was quiescent (judged from stacks)
+    DURATION = "duration"
 
 
 class StackToolName(StrEnum):

@@ -15,6 +15,7 @@ from types import FrameType
 
 from harness import EARLY_SIGNALS, __version__, outcome
 from harness.cli import (
+    attach,
     bisect,
     build,
     check,
@@ -61,6 +62,7 @@ exit codes:
 _MODULES = (
     run,
     watch,
+    attach,
     build,
     compare,
     sweep,

@@ -144,6 +144,12 @@ def add_trainer_options(
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
+    add_stack_tool_options(p)
+    p.add_argument("--no-sample", action="store_true", help="do not sample threads on suspicion")
+    p.add_argument("--tee", action="store_true", help="show the command's output live (on stderr)")
+
+
+def add_stack_tool_options(p: argparse.ArgumentParser) -> None:
     # the choices and what auto means come from the stack-tool registry (sampling/tools.py)
     p.add_argument(
         "--native",
@@ -158,8 +164,6 @@ def add_sampling_options(p: argparse.ArgumentParser) -> None:
         help="Python stack tool for Python processes of the tree "
         f"(auto: {stack_tools.auto_text('python')} when present)",
     )
-    p.add_argument("--no-sample", action="store_true", help="do not sample threads on suspicion")
-    p.add_argument("--tee", action="store_true", help="show the command's output live (on stderr)")
 
 
 def add_report_options(p: argparse.ArgumentParser, default: Path | None = Path("reports")) -> None:

@@ -142,6 +142,9 @@ class WatchLoop:
         # in this run (the program's own timed loop is the program working)
         self._withdrawn: set[tuple[int, int]] = set()
         self._facts = FactReader()
+        # threads of a watcher's own inside the tree (the pytest plugin's listener): left
+        # out of the rule, kept in the timeline and the stacks
+        self.ignore: set[tuple[int, int]] = set()
         self._no_children_file = False
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         limit = OPEN_FILES if soft == resource.RLIM_INFINITY else min(OPEN_FILES, soft // 4)
@@ -167,7 +170,7 @@ class WatchLoop:
         cpu0 = time.thread_time()
         now = time.monotonic() if now is None else now
         snap = Snapshot(t=round(now - self.launched_at, 3), processes=self._walk(now))
-        judged, self._calls, restarted = continued(snap, self.table, self._calls)
+        judged, self._calls, restarted = continued(self._judged_part(snap), self.table, self._calls)
         quiet = self._judge(judged, self._judged, output_at, restarted)
         self._judged = judged
         self.recent.append((snap, self._point(snap, quiet)))
@@ -213,8 +216,10 @@ class WatchLoop:
         for attempt in range(CONFIRM_TRIES):
             if attempt:
                 time.sleep(0.05)
-            raw = Snapshot(
-                round(time.monotonic() - self.launched_at, 3), self._walk(time.monotonic())
+            raw = self._judged_part(
+                Snapshot(
+                    round(time.monotonic() - self.launched_at, 3), self._walk(time.monotonic())
+                )
             )
             # the dump's tracer interrupted the waits: a poll resumes as restart_syscall
             snap, _, restarted = continued(raw, self.table, self._calls)
@@ -273,6 +278,16 @@ class WatchLoop:
         recent = [p for _, p in self.recent]
         first = recent[0].t if recent else float("inf")
         return [p for p in self.history if p.t < first] + recent
+
+    def _judged_part(self, snap: Snapshot) -> Snapshot:
+        """The snapshot without the ignored threads (the rule's view of it)."""
+        if not self.ignore:
+            return snap
+        procs = [
+            replace(p, threads=[t for t in p.threads if (p.pid, t.tid) not in self.ignore])
+            for p in snap.processes
+        ]
+        return replace(snap, processes=procs)
 
     # ------------------------------------------------------------ reading the tree
 

@@ -46,7 +46,7 @@ from typing import Any
 from harness.errors import HarnessError
 from harness.execute.watchdog import Limits
 from harness.outcome import INTERRUPTED_BASE, Kind
-from harness.report.model import Report
+from harness.report.model import MODES, Report
 from harness.report.reading import check_schema_version, read_report_json
 from harness.sampling import frames as _frames  # noqa: F401  (Frame's subclasses, by JSON keys)
 
@@ -87,7 +87,7 @@ def report_from_json(data: dict[str, Any], directory: Path, source: Path | None 
     fields = {k: v for k, v in data.items() if k not in _DERIVED}
     fields.setdefault("run_id", directory.name)
     fields.setdefault("harness_argv", [])
-    if fields.get("mode") not in ("run", "watch"):
+    if fields.get("mode") not in MODES:
         fields["mode"] = "watch" if data.get("env") is None else "run"
     # `{}` is how to_json writes an absent pin, variant, command, limits or exit
     for key in ("pin", "variant", "command", "limits", "exit"):

@@ -23,7 +23,10 @@ from harness.execute.watchdog import Limits
 from harness.sampling.model import SampleSet
 
 SCHEMA_VERSION = 1
-Mode = Literal["run", "watch"]
+# run: `harness run`; watch: `harness watch`; attach: `harness attach PID`; pytest: a hung
+# test seen by the pytest plugin's watcher (`pytest --hang-watch`)
+Mode = Literal["run", "watch", "attach", "pytest"]
+MODES: tuple[Mode, ...] = ("run", "watch", "attach", "pytest")
 # running: the harness is at it; abandoned: it died without finishing the report (found out
 # by whoever opens the report later: report.store.load_status)
 Status = Literal["running", "complete", "interrupted", "failed", "abandoned"]

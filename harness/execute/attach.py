@@ -1,0 +1,234 @@
+"""Watching a process tree the harness did not start (`harness attach PID`, the pytest
+plugin's watcher): the same watch loop, quiescence rule and stack sampling as a run, with
+three differences that follow from not being the parent.
+
+- The root's exit status belongs to its own parent: an exit is seen as the pid vanishing.
+- Nothing is launched, so nothing is killed: the target runs on after the look unless the
+  caller asks otherwise (`kill_tree`).
+- Tracing may be refused (yama's ptrace_scope, another user, a container without
+  SYS_PTRACE). `ptrace_refusal` asks the kernel the same question ptrace would, without
+  stopping anything: opening /proc/PID/mem needs PTRACE_MODE_ATTACH, the access a stack
+  tool's attach needs. Refused, the sample is /proc only (states, wchan, syscalls where
+  readable, the tree) and the report says in one line what would allow stacks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from harness.execute.runner import SampleOptions
+from harness.execute.watchloop import WATCH_INTERVAL_S, WatchLoop
+from harness.process import proctree
+from harness.sampling.model import SampleSet
+from harness.sampling.sample import sample_tree
+from harness.sampling.tools import NONE
+
+CAP_SYS_PTRACE = 19
+POLL_S = 0.1
+
+
+def visible(pid: int) -> bool:
+    """A process of this PID namespace (not a zombie we could not look into)."""
+    return pid > 0 and Path(f"/proc/{pid}/stat").exists()
+
+
+def _uids(pid: int) -> tuple[int, int] | None:
+    """The real and effective uid of `pid` (/proc/PID/status Uid: real effective …)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    real, eff = line.split()[1:3]
+                    return int(real), int(eff)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _has_cap(cap: int) -> bool:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> cap & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def _yama_scope() -> int | None:
+    try:
+        return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def ptrace_refusal(pid: int) -> str | None:
+    """None when a stack tool may attach to `pid`, else one line: why not, and what would
+    allow it. Asked of the kernel (opening /proc/PID/mem checks ptrace's attach access,
+    yama included); the reason is read from the uids, the capability and ptrace_scope."""
+    try:
+        with open(f"/proc/{pid}/mem", "rb"):
+            return None
+    except FileNotFoundError:
+        return f"pid {pid} is gone"
+    except OSError as exc:
+        err = exc.strerror or str(exc)
+    who = _uids(pid)
+    mine = os.geteuid()
+    privileged = _has_cap(CAP_SYS_PTRACE)
+    scope = _yama_scope()
+    if who is not None and mine not in who and not privileged:
+        return (
+            f"ptrace refused ({err}): pid {pid} runs as uid {who[1]}, the harness as uid "
+            f"{mine}; stacks need the same user or root (sudo harness attach {pid})"
+        )
+    if scope == 3:
+        return (
+            f"ptrace refused ({err}): kernel.yama.ptrace_scope is 3 (no attaching at all, "
+            "until reboot); stacks are not possible on this host"
+        )
+    if scope == 2 and not privileged:
+        return (
+            f"ptrace refused ({err}): kernel.yama.ptrace_scope is 2 (only with "
+            f"CAP_SYS_PTRACE); run as root (sudo harness attach {pid})"
+        )
+    if scope == 1 and not privileged:
+        return (
+            f"ptrace refused ({err}): kernel.yama.ptrace_scope is 1 (only a parent may "
+            f"trace); run as root (sudo harness attach {pid}) or set "
+            "`sudo sysctl kernel.yama.ptrace_scope=0`"
+        )
+    if not privileged and Path("/.dockerenv").exists():
+        return (
+            f"ptrace refused ({err}): a container without CAP_SYS_PTRACE; start it with "
+            "--cap-add=SYS_PTRACE"
+        )
+    return f"ptrace refused ({err}): stacks need CAP_SYS_PTRACE or the target's own user"
+
+
+@dataclass
+class Observer:
+    """The tree of `pid` as the watch loop sees it, look by look; `ignore` are threads of
+    the watcher's own in the tree (the pytest plugin's listener), left out of the
+    quiescence rule (they are still in the stacks and the timeline)."""
+
+    pid: int
+    quiescent_s: float
+    ignore: set[tuple[int, int]] = field(default_factory=set)
+    started: float = field(default_factory=time.monotonic)
+    loop: WatchLoop = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.loop = WatchLoop(self.pid, self.started, quiescence=self.quiescent_s > 0)
+        self.loop.ignore = self.ignore
+
+    def look(self, now: float | None = None) -> None:
+        self.loop.tick(time.monotonic() if now is None else now)
+
+    @property
+    def gone(self) -> bool:
+        """The root has exited (or is a zombie its parent has not reaped yet)."""
+        try:
+            return psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return True
+
+    def quiet_for(self, now: float | None = None) -> float:
+        since = self.loop.quiet_since
+        return 0.0 if since is None else (time.monotonic() if now is None else now) - since
+
+    def reset(self) -> None:
+        """Forget the quiet run (the tree changed meaning: a new test began)."""
+        self.loop.reset_quiet()
+
+    def quiescent(self, now: float | None = None) -> bool:
+        return self.quiescent_s > 0 and self.quiet_for(now) >= self.quiescent_s
+
+    def sample(self, sampling: SampleOptions, refusal: str | None) -> SampleSet:
+        """Stacks now (/proc only when tracing is refused), CPU activity from the loop's
+        recent looks."""
+        native, python = sampling.native, sampling.python
+        if refusal is not None:
+            native = python = NONE
+        samples = sample_tree(
+            self.pid,
+            snapshots=sampling.snapshots,
+            interval=sampling.interval_s,
+            stack_timeout=sampling.stack_timeout_s,
+            native=native,
+            python=python,
+            own_roots=sampling.own_roots,
+            history=self.loop.recent_window(),
+            origin=self.started,
+        )
+        if refusal is not None:
+            samples.notes.append(f"no stacks: {refusal}")
+        return samples
+
+    def confirm(self, samples: SampleSet) -> str | None:
+        """Still as quiescent after the stack dump (None), or why not."""
+        return self.loop.confirm(samples)
+
+    def finish(self, samples: SampleSet) -> None:
+        self.loop.annotate(samples)
+
+    def close(self) -> None:
+        self.loop.close()
+
+    def wait_quiescent(self, duration_s: float) -> str:
+        """Look until the tree is quiescent, the root exits or `duration_s` passes; which
+        of "quiescent", "exit", "duration" happened."""
+        end = self.started + duration_s
+        while True:
+            now = time.monotonic()
+            if self.gone:
+                return "exit"
+            self.look(now)
+            if self.quiescent(now):
+                return "quiescent"
+            if now >= end:
+                return "duration"
+            time.sleep(min(POLL_S, WATCH_INTERVAL_S, max(0.0, end - now)))
+
+
+def tree_written(pids: Collection[int]) -> int | None:
+    """Bytes the processes have written so far (/proc/PID/io wchar, every write: output,
+    logs, pipes), or None when none could be read (another user's processes)."""
+    total, read = 0, False
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            total += psutil.Process(pid).io_counters().write_chars
+            read = True
+    return total if read else None
+
+
+def tree_pids(pid: int) -> list[int]:
+    with contextlib.suppress(psutil.Error):
+        return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+    return []
+
+
+def kill_tree(pid: int) -> proctree.KillReport:
+    """--kill: the target and every descendant, SIGKILL, after the report. They are not
+    our children: their parents reap them (or init does)."""
+    procs: list[psutil.Process] = []
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    killed: list[int] = []
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signal.SIGKILL)
+            killed.append(p.pid)
+    _, alive = psutil.wait_procs(procs, timeout=5.0)
+    leftover = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    return proctree.KillReport(killed=killed, reaped=[], leftover=leftover)
