@@ -87,6 +87,12 @@ def ptrace_refusal(pid: int) -> str | None:
     privileged = _has_cap(CAP_SYS_PTRACE)
     scope = _yama_scope()
     if who is not None and mine not in who and not privileged:
+        if mine == 0:  # root without the capability: a container, or a dropped bounding set
+            return (
+                f"ptrace refused ({err}): pid {pid} runs as uid {who[1]} and the harness, root, "
+                "lacks CAP_SYS_PTRACE; run it as that user, or give it the capability (a "
+                "container: --cap-add=SYS_PTRACE)"
+            )
         return (
             f"ptrace refused ({err}): pid {pid} runs as uid {who[1]}, the harness as uid "
             f"{mine}; stacks need the same user or root (sudo harness attach {pid})"

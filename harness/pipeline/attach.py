@@ -200,7 +200,7 @@ def _watch(opts: AttachOptions, report: Report) -> None:
             reason = (
                 f"not quiescent within the {opts.duration_s:g}s window and "
                 + ("wrote nothing" if grew == 0 else "its writes are unreadable")
-                + ": judged from the stacks"
+                + (": judged from /proc (no stacks)" if refusal else ": judged from the stacks")
             )
             diagnose_tree(report, obs, Trigger.DURATION, reason, opts.sampling, refusal)
             return
