@@ -33,6 +33,7 @@ from harness.sampling.tools import NONE
 
 CAP_SYS_PTRACE = 19
 POLL_S = 0.1
+KILL_WAIT_S = 5.0  # --kill: how long the killed tree may take to die
 
 
 def visible(pid: int) -> bool:
@@ -235,6 +236,18 @@ def kill_tree(pid: int) -> proctree.KillReport:
         with contextlib.suppress(psutil.Error):
             p.send_signal(signal.SIGKILL)
             killed.append(p.pid)
-    _, alive = psutil.wait_procs(procs, timeout=5.0)
-    leftover = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    return proctree.KillReport(killed=killed, reaped=[], leftover=leftover)
+    # not our children: dead is gone or a zombie its own parent has yet to reap (waiting
+    # for the pid to vanish would wait on that parent)
+    deadline = time.monotonic() + KILL_WAIT_S
+    alive = procs
+    while alive and time.monotonic() < deadline:
+        time.sleep(POLL_S / 2)
+        alive = [p for p in alive if _alive(p)]
+    return proctree.KillReport(killed=killed, reaped=[], leftover=[p.pid for p in alive])
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -68,6 +68,11 @@ def check_target(pid: int) -> psutil.Process:
             "harness inside it)",
             USAGE,
         )
+    tgid = _tgid(pid)
+    if tgid is not None and tgid != pid:  # /proc/TID exists for every thread, hidden or not
+        raise HarnessError(
+            f"pid {pid} is a thread of pid {tgid}, not a process: harness attach {tgid}", USAGE
+        )
     me = psutil.Process()
     mine = {me.pid, *(p.pid for p in me.parents())}
     if pid in mine:
@@ -79,6 +84,17 @@ def check_target(pid: int) -> psutil.Process:
     except psutil.NoSuchProcess:
         raise HarnessError(f"pid {pid} is gone", USAGE) from None
     return proc
+
+
+def _tgid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def describe_target(proc: psutil.Process) -> CommandInfo:
