@@ -1,0 +1,98 @@
+"""pytest's tree as the watcher samples it: the `Observer` of `harness attach`, with three
+differences a test session needs.
+
+- The plugin's own threads (the listener; xdist's execnet receiver) are left out of the
+  stacks as they are of the quiescence rule (`ignore`): a thread blocked reading the
+  watcher's pipe is never where a test hangs.
+- Threads an earlier hung test left deadlocked in pytest (its main thread was interrupted,
+  its threads stay) are left out of the stacks too (`left`): the next hang is located in
+  its own test, not in the old one.
+- The pthread mutex wait-for graph is read in Python processes too: a ctypes call or a C
+  extension that deadlocks on mutexes runs inside pytest, a Python process, which the
+  sampler's own lock reading passes over (`harness.sampling.sample._lock_cycles` reads
+  native processes only)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import psutil
+
+from harness.execute.attach import Observer
+from harness.execute.runner import SampleOptions
+from harness.sampling import locks
+from harness.sampling.model import LockCycle, LockLink, SampleSet
+
+MAX_LOCK_PROCESSES = 8
+
+
+class PluginObserver(Observer):
+    left: set[tuple[int, int]]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.left = set()
+
+    def sample(self, sampling: SampleOptions, refusal: str | None) -> SampleSet:
+        samples = super().sample(sampling, refusal)
+        out = self.ignore | self.left
+        samples.stacks = [s for s in samples.stacks if (s.pid, s.tid) not in out]
+        samples.activity = [a for a in samples.activity if (a.pid, a.tid) not in out]
+        if refusal is None:
+            _python_lock_cycles(samples)
+        return samples
+
+    def leave_out_threads_since(self, pid: int, epoch: float) -> list[int]:
+        """Threads of `pid` (its main thread excepted) started at or after `epoch`: the
+        hung test's, still there after its main thread was interrupted."""
+        born = [tid for tid in thread_starts(pid, epoch) if tid != pid]
+        self.left.update((pid, tid) for tid in born)
+        return born
+
+
+def thread_starts(pid: int, epoch: float) -> list[int]:
+    """Threads of `pid` started at or after `epoch` (/proc/PID/task/TID/stat starttime)."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        boot = psutil.boot_time()
+        tids = os.listdir(f"/proc/{pid}/task")
+    except (OSError, ValueError, psutil.Error):
+        return []
+    out = []
+    for name in tids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{pid}/task/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            fields = stat[stat.rindex(")") + 2 :].split()
+            started = boot + int(fields[19]) / tick  # field 22 of stat, 3rd after comm
+            if started >= epoch - 0.02:
+                out.append(int(name))
+    return out
+
+
+def _python_lock_cycles(samples: SampleSet) -> None:
+    """Mutex cycles of the Python processes of the last snapshot that wait on a futex (the
+    sampler read those of native processes already)."""
+    if not samples.snapshots:
+        return
+    seen = {c.pid for c in samples.lock_cycles}
+    procs = [
+        p
+        for p in samples.snapshots[-1].processes
+        if p.is_python and p.pid not in seen and any(t.wchan.startswith("futex") for t in p.threads)
+    ]
+    for proc in procs[:MAX_LOCK_PROCESSES]:
+        graph = locks.lock_graph(proc.pid)
+        for cycle in graph.cycles:
+            links = [
+                LockLink(
+                    step.tid,
+                    step.name,
+                    "?" if step.mutex is None else hex(step.mutex),
+                    nxt.tid,
+                    nxt.name,
+                )
+                for step, nxt in zip(cycle, [*cycle[1:], cycle[0]], strict=True)
+            ]
+            samples.lock_cycles.append(LockCycle(proc.pid, links))

@@ -1,0 +1,263 @@
+"""The watcher: `python -m harness.pytest_plugin.watcher --pid PID --in FD --out FD …`, a
+process outside pytest's tree (its launcher has exited) that follows pytest's tree with an
+`Observer` and the test phase the plugin tells it. While a phase runs, a tree quiescent for
+--quiescent seconds, or a test past --timeout, is diagnosed into a report folder; the
+verdict goes to the plugin, whose answer says how the test was failed; then the processes
+the hung test left are killed (those born in the hung phase when the test was interrupted;
+every descendant when pytest starts again or ends) and, with no answer at all, pytest too.
+
+It never outlives pytest: it ends when the plugin's pipe closes (pytest exited or started
+again: the pipe is close-on-exec) or the pid is gone. Every wait has a bound."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import queue
+import shutil
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from harness.errors import HarnessError
+from harness.execute.attach import ptrace_refusal, tree_pids
+from harness.execute.runner import SampleOptions
+from harness.pipeline.attach import diagnose_tree, start_report
+from harness.pipeline.run import finishing
+from harness.pytest_plugin import channel
+from harness.pytest_plugin.observe import PluginObserver
+from harness.report import store
+from harness.vocab import Trigger
+
+POLL_S = 0.1  # the loop's step; Observer snapshots every 0.25 s
+ANSWER_S = 6.0  # the plugin answers within its 2 s interrupt wait plus the cleanup
+BORN_SLACK_S = 0.05  # a process's start time is read to the clock tick
+
+
+@dataclass
+class Phase:
+    seq: int = 0
+    nodeid: str = ""
+    when: str = "idle"
+    started: float = 0.0  # monotonic: the phase's start as the watcher learnt it
+    epoch: float = 0.0  # epoch seconds of the phase's start, as the plugin sent it
+    test_started: float = 0.0  # monotonic: the test's setup
+
+
+class Watcher:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.pid: int = args.pid
+        self.out: int = args.out
+        self.timeout_s: float = args.timeout
+        self.report_dir = Path(args.report_dir)
+        self.argv: list[str] = json.loads(args.argv)
+        self.obs = PluginObserver(self.pid, args.quiescent)
+        self.msgs: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.phase = Phase()
+        self.eof = False
+        self.refusal: str | None = None
+        reader = threading.Thread(target=self._read, args=(args.inp,), daemon=True)
+        reader.start()
+
+    def _read(self, fd: int) -> None:
+        """Drains the plugin's pipe at once, whatever the main loop is doing (a full pipe
+        would block pytest's main thread)."""
+        lines = channel.Lines(fd)
+        while not lines.eof:
+            for msg in lines.read():
+                self.msgs.put(msg)
+        self.msgs.put(None)
+
+    def _take(self, msg: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Apply one message; an answer is handed back to the one waiting for it."""
+        if msg is None:
+            self.eof = True
+            return None
+        what = msg.get("t")
+        if what == "hello":
+            for tid in msg.get("ignore", []):
+                self.obs.ignore.add((self.pid, int(tid)))
+        elif what in ("phase", "idle"):
+            for tid in msg.get("ignore", []):  # pytest-timeout's timer thread
+                self.obs.ignore.add((self.pid, int(tid)))
+            seq = int(msg.get("seq", 0))
+            now = time.monotonic()
+            when = str(msg.get("when", "idle")) if what == "phase" else "idle"
+            nodeid = str(msg.get("nodeid", self.phase.nodeid))
+            test_started = self.phase.test_started
+            if what == "phase" and (when == "setup" or nodeid != self.phase.nodeid):
+                test_started = now
+            self.phase = Phase(seq, nodeid, when, now, float(msg.get("epoch", 0)), test_started)
+            self.obs.reset()
+        elif what == "answer":
+            return msg
+        return None
+
+    def _drain(self, wait_s: float) -> dict[str, Any] | None:
+        end = time.monotonic() + wait_s
+        answer: dict[str, Any] | None = None
+        while True:
+            left = end - time.monotonic()
+            try:
+                msg = self.msgs.get(timeout=max(0.0, left)) if left > 0 else self.msgs.get_nowait()
+            except queue.Empty:
+                return answer
+            answer = self._take(msg) or answer
+            if self.eof or answer is not None:
+                return answer
+
+    def run(self) -> int:
+        self.refusal = ptrace_refusal(self.pid)
+        try:
+            while True:
+                self._drain(POLL_S)
+                if self.eof or self.obs.gone:
+                    return 0
+                now = time.monotonic()
+                self.obs.look(now)
+                phase = self.phase
+                if phase.when not in channel.PHASES:
+                    continue
+                if self.obs.quiescent(now):
+                    self._trigger(Trigger.QUIESCENT, phase)
+                elif self.timeout_s > 0 and now - phase.test_started >= self.timeout_s:
+                    self._trigger(Trigger.WALL, phase)
+        finally:
+            self.obs.close()
+
+    def _trigger(self, trigger: Trigger, phase: Phase) -> None:
+        after = time.monotonic() - (
+            phase.started if trigger is Trigger.QUIESCENT else phase.test_started
+        )
+        if trigger is Trigger.QUIESCENT:
+            reason = f"every thread of pytest's tree blocked on the tree in {phase.when}"
+        else:
+            reason = f"{phase.nodeid} ran past --hang-timeout {self.timeout_s:g}s"
+        label = "pytest-" + phase.nodeid.rsplit("/", 1)[-1].replace("::", "-")
+        try:
+            report = start_report(
+                self.report_dir, label, "pytest", self.argv, psutil.Process(self.pid)
+            )
+        except (psutil.Error, HarnessError) as exc:
+            print(f"hang-watch: no report for {phase.nodeid}: {exc}", file=sys.stderr)
+            return
+        report.notes.append(f"test {phase.nodeid}, phase {phase.when}")
+        with finishing(report):
+            store.save(report, "run")
+            if not diagnose_tree(report, self.obs, trigger, reason, SampleOptions(), self.refusal):
+                shutil.rmtree(report.directory, ignore_errors=True)
+                return
+            store.finish(report, "complete")
+        verdict = report.verdict
+        assert verdict is not None
+        top = verdict.causes[0] if verdict.causes else None
+        hang = channel.Hang(
+            seq=phase.seq,
+            nodeid=phase.nodeid,
+            when=phase.when,
+            trigger=trigger.value,
+            after_s=after,
+            kind=str(verdict.kind),
+            summary=verdict.summary,
+            cause_id=top.id if top else "",
+            cause_title=top.sentence if top else "",
+            report=str(report.directory),
+            time=time.time(),
+        )
+        channel.write_verdict(self.report_dir, hang)
+        born = self._born_since(phase.epoch)  # before the answer: the tree is still whole
+        answered = channel.send(self.out, {"t": "hang", **hang.to_json()})
+        answer = self._drain(ANSWER_S) if answered else None
+        how = str(answer.get("how", "")) if answer else "killed"
+        if how == channel.INTERRUPTED:
+            victims = born + self._born_since(phase.epoch)
+            left = self.obs.leave_out_threads_since(self.pid, phase.epoch)
+            if left:
+                print(f"{hang.nodeid}: threads left behind {left}", file=sys.stderr)
+        elif how == channel.MOVED:
+            victims = []
+        else:  # pytest starts again or ends: nothing of this incarnation may stay
+            victims = self._born_since(0.0)
+        print(f"{hang.nodeid}: answer {how}, killing {[p.pid for p in victims]}", file=sys.stderr)
+        killed = _kill(victims)
+        if how == "killed":  # no answer: the GIL is held, or pytest is gone
+            killed += _kill(_procs([self.pid]))
+        done = dataclasses.replace(hang, answer=how, killed=killed)
+        channel.write_verdict(self.report_dir, done)
+        channel.send(self.out, {"t": "cleaned", "seq": phase.seq, "killed": killed})
+        self.obs.reset()
+
+    def _born_since(self, epoch: float) -> list[psutil.Process]:
+        procs = _procs([p for p in tree_pids(self.pid) if p != self.pid])
+        out = []
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                if p.create_time() >= epoch - BORN_SLACK_S:
+                    out.append(p)
+        return out
+
+
+def _procs(pids: list[int]) -> list[psutil.Process]:
+    out = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            out.append(psutil.Process(pid))
+    return out
+
+
+def _kill(procs: list[psutil.Process]) -> list[int]:
+    """SIGKILL each, once (psutil checks the pid still names the same process)."""
+    killed: list[int] = []
+    for p in procs:
+        if p.pid in killed:
+            continue
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signal.SIGKILL)
+            killed.append(p.pid)
+    return killed
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m harness.pytest_plugin.watcher")
+    ap.add_argument("--pid", type=int, required=True)
+    ap.add_argument("--in", dest="inp", type=int, required=True)
+    ap.add_argument("--out", type=int, required=True)
+    ap.add_argument("--quiescent", type=float, default=5.0)
+    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--report-dir", required=True)
+    ap.add_argument("--argv", default="[]")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    # the watcher must never die of the terminal's ^C before pytest has been told
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # its own log (stderr is /dev/null: pytest's terminal is not ours to write), kept only
+    # when something was said
+    log = Path(args.report_dir) / channel.HIDDEN_DIR / f"watcher-{args.pid}-{os.getpid()}.log"
+    with contextlib.suppress(OSError):
+        sys.stderr = open(log, "a", buffering=1)  # noqa: SIM115 (for the process's life)
+    try:
+        return Watcher(args).run()
+    except Exception:  # a bug here must not leave pytest unwatched in silence
+        traceback.print_exc()
+        return 1
+    finally:
+        with contextlib.suppress(OSError):
+            if log.stat().st_size == 0:
+                log.unlink()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""`pytest --hang-watch` (harness/pytest_plugin): real pytest sessions over the sample tests
+of tests/pytest_hang/ (copied to a temporary folder with their own pytest.ini), each under a
+timeout: a native deadlock (ctypes into a C lock cycle), a Python deadlock and a stuck child
+fail with their causes, every other test passes and is reported, JUnit lists them all,
+nothing is left running; the same with xdist; healthy look-alikes pass."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from harness.pytest_plugin import channel, resume
+from tests.facts import require_tool
+
+CASES = Path(__file__).parent / "pytest_hang"
+SESSION_S = 60  # each inner session must end well within this
+QUIESCENT_S = 3.0
+NATIVE = "case_native.py::test_native_deadlock"
+PYLOCKS = "case_pylocks.py::test_python_deadlock"
+CHILD = "case_child.py::test_stuck_child"
+HANG_FILES = ["case_native.py", "case_pylocks.py", "case_child.py", "case_plain.py"]
+EXPECTED_CAUSE = {NATIVE: "lock-cycle", PYLOCKS: "python-locks", CHILD: "python-locks"}
+
+
+def _plugin_args() -> list[str]:
+    """`-p` only while the package's pytest11 entry point is not installed (both would
+    register the module twice)."""
+    eps = metadata.entry_points(group="pytest11")
+    if any(ep.value == "harness.pytest_plugin.plugin" for ep in eps):
+        return []
+    return ["-p", "harness.pytest_plugin.plugin"]
+
+
+@dataclass
+class Session:
+    rc: int
+    out: str
+    elapsed: float
+    junit: dict[str, tuple[str, str]]  # nodeid → (outcome, failure message)
+    reports: Path
+    leftover: list[int]
+
+
+def _marked(marker: str) -> list[int]:
+    """Processes whose environment carries the session's marker (its whole tree, the
+    watchers too: they inherit pytest's environment)."""
+    needle = f"HANG_WATCH_TEST_MARK={marker}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _junit(path: Path) -> dict[str, tuple[str, str]]:
+    out: dict[str, tuple[str, str]] = {}
+    if not path.exists():  # a session that was killed writes none
+        return out
+    for case in ET.parse(path).getroot().iter("testcase"):
+        module = (case.get("classname") or "").replace(".", "/") + ".py"
+        nodeid = f"{module}::{case.get('name')}"
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        if failure is not None:
+            out[nodeid] = ("failed", (failure.get("message") or "") + (failure.text or ""))
+        elif case.find("skipped") is not None:
+            out[nodeid] = ("skipped", "")
+        else:
+            out[nodeid] = ("passed", "")
+    return out
+
+
+def run_session(tmp_path: Path, files: list[str], *extra: str) -> Session:
+    cases = tmp_path / "cases"
+    shutil.copytree(CASES, cases)
+    (cases / "pytest.ini").write_text("[pytest]\npython_files = case_*.py\n")
+    lib = cases / "liblock_cycle.so"
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-O0",
+            "-o",
+            str(lib),
+            str(cases / "lock_cycle.c"),
+            "-lpthread",
+        ],
+        check=True,
+        timeout=60,
+    )
+    marker = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(HANG_LIB=str(lib), HANG_WATCH_TEST_MARK=marker)
+    reports = tmp_path / "reports"
+    junit = tmp_path / "junit.xml"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *_plugin_args(),
+        "-p",
+        "no:cacheprovider",
+        "--hang-watch",
+        f"--hang-report-dir={reports}",
+        f"--junitxml={junit}",
+        *extra,
+        *files,
+    ]
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        cmd, cwd=cases, env=env, capture_output=True, text=True, timeout=SESSION_S
+    )
+    elapsed = time.monotonic() - t0
+    leftover = _marked(marker)
+    end = time.monotonic() + 5.0  # a watcher ends within a look of pytest's exit
+    while leftover and time.monotonic() < end:
+        time.sleep(0.1)
+        leftover = _marked(marker)
+    return Session(
+        proc.returncode, proc.stdout + proc.stderr, elapsed, _junit(junit), reports, leftover
+    )
+
+
+def _check_hangs(s: Session) -> None:
+    assert s.rc == 1, s.out
+    assert len(s.junit) == 14, s.junit  # every test, once
+    for nodeid, cause in EXPECTED_CAUSE.items():
+        outcome, message = s.junit[nodeid]
+        assert outcome == "failed", (nodeid, s.out)
+        assert "hang-watch:" in message and f"top cause: {cause}" in message, (nodeid, message)
+        # within the quiescence window plus the look cadence
+        after = re.search(r"quiescent (\d+\.\d)s into call", message)
+        assert after is not None and float(after.group(1)) < QUIESCENT_S + 1.0, message
+        path = re.search(r"report: (\S+)", message)
+        assert path is not None, message
+        report = json.loads((Path(path.group(1)) / "report.json").read_text())
+        assert report["mode"] == "pytest"
+        assert report["verdict"]["causes"][0]["id"] == cause
+        assert nodeid in s.out  # the terminal names it too
+    passed = [n for n, (o, _) in s.junit.items() if o == "passed"]
+    assert sorted(passed) == sorted(set(s.junit) - set(EXPECTED_CAUSE)), s.junit
+    assert len(passed) == 11
+    assert "3 failed, 11 passed" in s.out, s.out
+    assert s.leftover == [], s.leftover
+    assert s.elapsed < SESSION_S
+
+
+@pytest.mark.slow
+def test_three_hangs_fail_alone_and_the_session_goes_on(tmp_path: Path) -> None:
+    require_tool("gcc", why="builds the C lock cycle the native test calls")
+    s = run_session(tmp_path, HANG_FILES, f"--hang-quiescent={QUIESCENT_S}")
+    _check_hangs(s)
+    # the native hang could not be interrupted: pytest started again and replayed
+    assert "starts again in this process" in s.out
+    assert f"resumed after {NATIVE} hung in native code" in s.out
+    assert not list((s.reports / channel.HIDDEN_DIR).glob("resume-*.json"))  # consumed
+    print(f"session {s.elapsed:.1f}s")
+
+
+@pytest.mark.slow
+def test_three_hangs_with_xdist(tmp_path: Path) -> None:
+    require_tool("gcc", why="builds the C lock cycle the native test calls")
+    s = run_session(tmp_path, HANG_FILES, f"--hang-quiescent={QUIESCENT_S}", "-n", "2")
+    _check_hangs(s)
+    # the worker stuck in native code ended itself; the controller's report says why
+    assert f"crashed while running '{NATIVE}'" in s.junit[NATIVE][1]
+    print(f"session {s.elapsed:.1f}s")
+
+
+@pytest.mark.slow
+def test_gil_held_hang_ends_the_session_with_its_report(tmp_path: Path) -> None:
+    """A native deadlock that keeps the GIL: nothing in pytest answers, the watcher kills
+    pytest after its answer window; the report folder and the verdict file name the test,
+    and nothing is left running."""
+    require_tool("gcc", why="builds the C lock cycle the test calls")
+    s = run_session(tmp_path, ["case_gil.py"], "--hang-quiescent=2")
+    assert s.rc == -signal.SIGKILL, s.out
+    hang = channel.read_verdict(s.reports, "case_gil.py::test_gil_held_deadlock", since=0)
+    assert hang is not None and hang.answer == "killed", hang
+    assert hang.cause_id == "lock-cycle"
+    assert json.loads((Path(hang.report) / "report.json").read_text())["mode"] == "pytest"
+    assert s.leftover == []
+
+
+@pytest.mark.slow
+def test_healthy_look_alikes_pass(tmp_path: Path) -> None:
+    """A long sleep and a wait on a slow child are not quiescent: never a trigger."""
+    s = run_session(tmp_path, ["case_healthy.py"], "--hang-quiescent=2")
+    assert s.rc == 0, s.out
+    assert [o for o, _ in s.junit.values()] == ["passed"] * 3
+    assert not [p for p in s.reports.iterdir() if p.name != channel.HIDDEN_DIR]
+    assert s.leftover == []
+
+
+@pytest.mark.slow
+def test_pytest_timeout_signal_method_wins(tmp_path: Path) -> None:
+    """pytest-timeout's SIGALRM handler makes every wait of the process timed (a timer
+    signal may end it), so the tree is never quiescent: pytest-timeout fires at --timeout;
+    hang-watch would only at --hang-timeout (docs/pytest.md)."""
+    s = run_session(tmp_path, ["case_pylocks.py"], "--hang-quiescent=2", "--timeout=8")
+    assert s.rc == 1
+    outcome, message = s.junit[PYLOCKS]
+    assert outcome == "failed" and "Timeout" in message and "hang-watch:" not in message
+    assert s.leftover == [] or all(_gone(p) for p in s.leftover)
+
+
+@pytest.mark.slow
+def test_pytest_timeout_thread_method_yields_to_quiescence(tmp_path: Path) -> None:
+    """pytest-timeout's thread method waits in a Timer thread, which the plugin leaves out
+    of the rule (it is the watchdog): the quiescence verdict comes first, the session goes
+    on and ends (the interrupted test's deadlocked threads are not waited for)."""
+    s = run_session(
+        tmp_path,
+        ["case_pylocks.py"],
+        "--hang-quiescent=2",
+        "--timeout=30",
+        "--timeout-method=thread",
+    )
+    assert s.rc == 1, s.out
+    outcome, message = s.junit[PYLOCKS]
+    assert outcome == "failed" and "top cause: python-locks" in message, message
+    assert "2 passed" in s.out and s.elapsed < 30
+    assert "pytest ends without waiting for them" in s.out
+    assert s.leftover == []
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] == "Z"
+    except OSError:
+        return True
+
+
+def test_inert_without_the_flag(tmp_path: Path) -> None:
+    """Without --hang-watch: no watcher, no report folder, the tests as usual."""
+    (tmp_path / "test_one.py").write_text("def test_one():\n    assert True\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", *_plugin_args(), "-p", "no:cacheprovider", "-q"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SESSION_S,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "hang-watch" not in out.stdout
+    assert not (tmp_path / "harness-reports").exists()
+
+
+def test_report_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "test_one.py").write_text("def test_one():\n    assert True\n")
+    (tmp_path / "taken").write_text("a file\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    out = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", *_plugin_args(), "-p", "no:cacheprovider"),
+            *("--hang-watch", "--hang-report-dir=taken"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SESSION_S,
+    )
+    assert out.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "--hang-report-dir" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_verdict_file_is_found_for_its_test_only_when_fresh(tmp_path: Path) -> None:
+    hang = channel.Hang(
+        seq=3,
+        nodeid="a/test_x.py::test_y[param with / and ::]",
+        when="call",
+        trigger="quiescent",
+        after_s=5.2,
+        kind="hang",
+        summary="hang (deadlock) in f",
+        cause_id="lock-cycle",
+        cause_title="lock-order deadlock",
+        report=str(tmp_path / "r1"),
+        time=time.time(),
+    )
+    (tmp_path / "r1").mkdir()
+    channel.write_verdict(tmp_path, hang)
+    found = channel.read_verdict(tmp_path, hang.nodeid, since=hang.time - 1)
+    assert found == hang
+    assert "top cause: lock-cycle: lock-order deadlock" in found.message
+    assert channel.read_verdict(tmp_path, hang.nodeid, since=hang.time + 1) is None
+    assert channel.read_verdict(tmp_path, "a/test_x.py::other", since=0) is None
+    assert json.loads((tmp_path / "r1" / "hang.json").read_text())["nodeid"] == hang.nodeid
+
+
+def test_resume_argv_replaces_an_earlier_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        sys, "orig_argv", ["python", "-m", "pytest", "-x", resume.OPTION, "/old.json", "t.py"]
+    )
+    assert resume.argv_again(Path("/new.json")) == [
+        "python",
+        "-m",
+        "pytest",
+        "-x",
+        "t.py",
+        resume.OPTION,
+        "/new.json",
+    ]
