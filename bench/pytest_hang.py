@@ -42,7 +42,11 @@ HUNG = {
     "Python locks": "case_pylocks.py::test_python_deadlock",
     "stuck child": "case_child.py::test_stuck_child",
 }
-AFTER = ["case_native.py::test_native_after", "case_pylocks.py::test_pylocks_after"]
+AFTER = [
+    "case_native.py::test_native_after",
+    "case_pylocks.py::test_pylocks_after",
+    "case_child.py::test_child_after",
+]
 
 
 @dataclass
@@ -51,6 +55,7 @@ class Outcome:
     ended: bool  # the session ended by itself (not killed at the outer limit)
     junit: dict[str, tuple[str, float, str]]  # nodeid → (outcome, seconds, failure text)
     tests_total: int
+    output: str  # the session's stdout and stderr
 
 
 def _session(tmp: Path) -> tuple[Path, Path]:
@@ -98,35 +103,32 @@ def _junit(path: Path) -> dict[str, tuple[str, float, str]]:
     return out
 
 
-def run(args: list[str], tmp: Path, limit_s: float) -> Outcome:
+def run(args: list[str], tmp: Path, limit_s: float, files: list[str]) -> Outcome:
     cases, lib = _session(tmp)
     junit = tmp / "junit.xml"
     marker = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(HANG_LIB=str(lib), HANG_BENCH_MARK=marker)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}"]
-    cmd += [*args, *FILES]
+    cmd += [*args, *files]
+    log = tmp / "session.log"
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        cmd,
-        cwd=cases,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        proc.wait(timeout=limit_s)
-        ended = True
-    except subprocess.TimeoutExpired:
-        ended = False
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=cases, env=env, stdout=out, stderr=out, start_new_session=True
+        )
+        try:
+            proc.wait(timeout=limit_s)
+            ended = True
+        except subprocess.TimeoutExpired:
+            ended = False
     wall = time.monotonic() - t0
     for pid in [proc.pid, *_marked(marker)]:  # the session and anything it left
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     proc.wait()
     collected = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *FILES],
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
         cwd=cases,
         env=env,
         capture_output=True,
@@ -134,7 +136,19 @@ def run(args: list[str], tmp: Path, limit_s: float) -> Outcome:
         timeout=60,
     )
     total = sum(1 for line in collected.stdout.splitlines() if "::" in line)
-    return Outcome(wall, ended, _junit(junit), total)
+    output = log.read_text(errors="replace")
+    return Outcome(wall, ended, _junit(junit), total, output)
+
+
+def unreported(nodeid: str, o: Outcome) -> str:
+    """A hung test with no JUnit entry: what the session's output says about it."""
+    name = nodeid.split("::")[-1]
+    if "+++ Timeout +++" in o.output and name in o.output:
+        frames = o.output.count('File "')
+        return f"Timeout: Python stacks only ({frames} frames), then the process exits"
+    if not o.ended:
+        return "nothing: the session hung until the outer limit"
+    return "not run (the session had ended)"
 
 
 def says(text: str) -> str:
@@ -160,18 +174,20 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="the figures as JSON to this file")
     a = ap.parse_args()
     limit = 3 * a.timeout + 60
-    watchers = [("--hang-watch", ["--hang-watch", f"--hang-quiescent={a.quiescent:g}"])]
+    timeout = ["-p", "no:hang_watch", f"--timeout={a.timeout:g}"]
+    py_only = [f for f in FILES if f != "case_native.py"]
+    watchers = [("--hang-watch", ["--hang-watch", f"--hang-quiescent={a.quiescent:g}"], FILES)]
     if not a.smoke:
         watchers = [
-            ("pytest-timeout (signal)", ["-p", "no:hang_watch", f"--timeout={a.timeout:g}"]),
-            (
-                "pytest-timeout (thread)",
-                ["-p", "no:hang_watch", f"--timeout={a.timeout:g}", "--timeout-method=thread"],
-            ),
+            (f"pytest-timeout ({method}){label}", [*timeout, f"--timeout-method={method}"], fs)
+            for method in ("signal", "thread")
+            for label, fs in (("", FILES), (", no native file", py_only))
+        ] + [
             *watchers,
             (
                 "--hang-watch -n 2",
                 ["--hang-watch", f"--hang-quiescent={a.quiescent:g}", "-n", "2"],
+                FILES,
             ),
         ]
     lines = [
@@ -184,16 +200,18 @@ def main() -> int:
         "|---|---|---|---|" + "---|" * len(HUNG),
     ]
     figures: dict[str, dict[str, object]] = {}
-    for name, args in watchers:
+    for name, args, files in watchers:
         with tempfile.TemporaryDirectory(prefix="bench-pytest-") as tmp:
-            o = run(args, Path(tmp), limit)
+            o = run(args, Path(tmp), limit, files)
         session = f"{o.wall_s:.1f} s" if o.ended else f"killed at {o.wall_s:.0f} s"
-        later = [o.junit.get(t, ("not run", 0.0, ""))[0] for t in AFTER]
+        later = [
+            o.junit.get(t, ("not run", 0.0, ""))[0] for t in AFTER if t.split("::")[0] in files
+        ]
         cells = []
         for nodeid in HUNG.values():
             got = o.junit.get(nodeid)
             if got is None:
-                cells.append("not reported")
+                cells.append(unreported(nodeid, o) if nodeid.split("::")[0] in files else "-")
             else:
                 cells.append(f"{got[0]} {got[1]:.1f} s, {says(got[2])}")
         lines.append(
