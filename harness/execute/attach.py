@@ -137,6 +137,8 @@ class Observer:
     def __post_init__(self) -> None:
         self.loop = WatchLoop(self.pid, self.started, quiescence=self.quiescent_s > 0)
         self.loop.ignore = self.ignore
+        # the watcher itself, should the tree have adopted it (a subreaper in it)
+        self.loop.skip = {os.getpid()}
 
     def look(self, now: float | None = None) -> None:
         self.loop.tick(time.monotonic() if now is None else now)

@@ -145,6 +145,9 @@ class WatchLoop:
         # threads of a watcher's own inside the tree (the pytest plugin's listener): left
         # out of the rule, kept in the timeline and the stacks
         self.ignore: set[tuple[int, int]] = set()
+        # processes never walked into (nor their descendants): a watcher that a subreaper
+        # in the tree adopted (the pytest plugin's, when pytest is a subreaper)
+        self.skip: set[int] = set()
         self._no_children_file = False
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         limit = OPEN_FILES if soft == resource.RLIM_INFINITY else min(OPEN_FILES, soft // 4)
@@ -308,7 +311,7 @@ class WatchLoop:
         seen: set[int] = set()
         while stack:
             pid, parent = stack.pop()
-            if pid in seen:
+            if pid in seen or pid in self.skip:
                 continue
             seen.add(pid)
             found = self._read_process(pid, parent, now)
