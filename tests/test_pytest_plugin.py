@@ -204,6 +204,24 @@ def test_gil_held_hang_ends_the_session_with_its_report(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_subreaper_pytest_adopts_its_watcher_and_still_gets_verdicts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest as a child subreaper (tests/pytest_hang/conftest.py): the watcher's launcher
+    exits and pytest adopts the watcher, so it sits in the tree it watches. It must leave
+    itself out (its looks are CPU, its stack tools children): the Python deadlock is still
+    quiescent and fails alone, the other tests pass."""
+    monkeypatch.setenv("HANG_SUBREAPER", "1")
+    s = run_session(tmp_path, ["case_pylocks.py", "case_plain.py"], "--hang-quiescent=2")
+    assert s.rc == 1, s.out
+    outcome, message = s.junit[PYLOCKS]
+    assert outcome == "failed" and "top cause: python-locks" in message, (message, s.out)
+    others = [o for n, (o, _) in s.junit.items() if n != PYLOCKS]
+    assert others and all(o == "passed" for o in others), s.junit
+    assert s.leftover == [] or all(_gone(p) for p in s.leftover)
+
+
+@pytest.mark.slow
 def test_healthy_look_alikes_pass(tmp_path: Path) -> None:
     """A long sleep and a wait on a slow child are not quiescent: never a trigger."""
     s = run_session(tmp_path, ["case_healthy.py"], "--hang-quiescent=2")
