@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,10 @@ from tests.gitrepo import ROOT, SUBJECTS, History, make_history, plan_with, writ
 pytestmark = pytest.mark.usefixtures("private_harness_cache")
 
 STARTUP_S = 4  # as tests/test_bisect.py: the replica's first dashboard comes after ~0.5 s
+# as tests/test_bisect.py: a bad commit's env_start deadlock called quiescent after 2 s, not
+# at the 4 s startup window (same verdict and location); not in the budget tests, whose
+# budgets are sized against a hang of several seconds
+QUIESCENT_S = 2
 
 
 # the base, then 6 commits; "compact everything" is commit 3. From the bad end (6) the
@@ -63,6 +68,7 @@ def triage(
 @pytest.fixture(scope="module")
 def found(hist: History, tmp_path_factory: pytest.TempPathFactory) -> tuple[Step, Path, float]:
     opts, result = triage(tmp_path_factory.mktemp("found"), str(hist.pin), hist)
+    opts = replace(opts, run=opts.run.but(quiescent_s=QUIESCENT_S))
     started = time.monotonic()
     step = history_step(opts, result, 600.0, LiveProgress.off())
     return step, result.directory, time.monotonic() - started
@@ -188,6 +194,7 @@ def test_resume_does_not_redo_finished_steps(hist: History, tmp_path: Path) -> N
     reports = tmp_path / "reports"
     args = ["triage", "breakout", "--pin", str(hist.pin), "--checkout", str(hist.root)]
     args += ["--scenario", str(hist.scenario), "--budget", "10m", "--report-dir", str(reports)]
+    args += ["--quiescent", str(QUIESCENT_S)]
     args += ["--skip", "knobs"]  # the cause's knobs would add 12 runs that show nothing here
     proc = subprocess.Popen(
         harness_cmd(*args),

@@ -7,10 +7,7 @@ import sys
 from typing import Any
 
 from harness.cli import options
-from harness.config.defaults import default_pin
-from harness.config.pin import check_env, load_pin
 from harness.outcome import BUILD_FAILED
-from harness.pipeline.stages import build_failed_verdict, verify_prepare_build
 from harness.text import terminal_safe
 
 NAME = "build"
@@ -29,6 +26,10 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
+    from harness.config.defaults import default_pin
+    from harness.config.pin import check_env, load_pin
+    from harness.pipeline.stages import build_failed_verdict, verify_prepare_build
+
     pin = load_pin(args.pin or default_pin(args.checkout))
     check_env(pin, args.env)
     built = verify_prepare_build(pin, args.env, args.variant, args.checkout, args.allow_drift)

@@ -9,8 +9,6 @@ from typing import Any
 
 from harness.cli import options
 from harness.cli.output import check_mark
-from harness.pipeline.options import CheckOptions
-from harness.pipeline.saved import check_saved
 from harness.text import terminal_safe
 
 NAME = "check"
@@ -36,6 +34,9 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 def command(args: argparse.Namespace) -> int:
     """Exit 0 when every check passes, 1 when one fails or the run did not finish."""
+    from harness.pipeline.options import CheckOptions
+    from harness.pipeline.saved import check_saved
+
     opts = CheckOptions(args.target, args.scenario, args.pin, args.parser, args.steps)
     checked = check_saved(opts)
     results, failed = checked.results, checked.failed

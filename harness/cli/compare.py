@@ -8,11 +8,6 @@ from typing import Any
 
 from harness.cli import options, repeating
 from harness.config.defaults import compare_baseline
-from harness.pipeline.compare import CompareResult, compare_variants
-from harness.pipeline.decide import judge_compare
-from harness.pipeline.repeat import RunsInterrupted
-from harness.report import store
-from harness.report.matrix import print_matrix, write_matrix
 
 NAME = "compare"
 
@@ -42,6 +37,12 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
+    from harness.pipeline.compare import CompareResult, compare_variants
+    from harness.pipeline.decide import judge_compare
+    from harness.pipeline.repeat import RunsInterrupted
+    from harness.report import store
+    from harness.report.matrix import print_matrix, write_matrix
+
     specs = None
     if args.variants is not None:
         specs = [v.strip() for v in args.variants.split(",") if v.strip()]

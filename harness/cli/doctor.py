@@ -6,7 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from harness import doctor
 from harness.cli import options
 
 NAME = "doctor"
@@ -29,6 +28,8 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
+    from harness import doctor
+
     probes = doctor.run_doctor(args.timeout)
     if args.json:
         print(json.dumps(doctor.to_json(probes), indent=2))

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import TYPE_CHECKING
 
-from harness.config.hostprofile import MAX_LOAD, MAX_QUOTA, load_host, parse_cpus, parse_size
-from harness.execute.conditions import HostConditions, resolve_cpus
+# the host profiles (pydantic) and the conditions are imported where a value is parsed or
+# the conditions are made, not when the parser is built (harness.cli.options says why)
+if TYPE_CHECKING:
+    from harness.execute.conditions import HostConditions
 
 
 def _cpus(text: str) -> int | tuple[int, ...]:
+    from harness.config.hostprofile import parse_cpus
+
     try:
         return parse_cpus(text)
     except ValueError as exc:
@@ -18,6 +23,8 @@ def _cpus(text: str) -> int | tuple[int, ...]:
 
 
 def _quota(text: str) -> float:
+    from harness.config.hostprofile import MAX_QUOTA
+
     try:
         value = float(text)
     except ValueError:
@@ -28,6 +35,8 @@ def _quota(text: str) -> float:
 
 
 def _size(text: str) -> int:
+    from harness.config.hostprofile import parse_size
+
     try:
         return parse_size(text)
     except ValueError as exc:
@@ -35,6 +44,8 @@ def _size(text: str) -> int:
 
 
 def _load(text: str) -> int:
+    from harness.config.hostprofile import MAX_LOAD
+
     if not text.isdigit() or int(text) > MAX_LOAD:
         raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {MAX_LOAD}, got {text}")
     return int(text)
@@ -77,6 +88,9 @@ def add_host_options(p: argparse.ArgumentParser) -> None:
 def host_conditions(args: argparse.Namespace) -> HostConditions:
     """The profile named by --host (if any) with the explicit flags over it; a CPU set this
     process may not use is a one-line usage error. A parser without the group: empty."""
+    from harness.config.hostprofile import load_host
+    from harness.execute.conditions import HostConditions, resolve_cpus
+
     name = getattr(args, "host", None)
     base = HostConditions.from_profile(load_host(name)) if name else HostConditions()
     cpus = getattr(args, "cpus", None)

@@ -9,17 +9,21 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from harness.cli.assignments import split_assignments
 from harness.cli.hostopts import add_host_options, host_conditions
-from harness.config.fields import MAX_SECONDS
-from harness.execute.runner import SampleOptions
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S
 from harness.outcome import USAGE
-from harness.pipeline.options import RunOptions
-from harness.report.live import LiveProgress
 from harness.sampling import tools as stack_tools
+
+# Every command's parser is built on each start (`harness --help` too), so this module
+# and the command modules import at top level only what a parser needs; the pipeline
+# (pydantic configs, rich, the analysis) is imported inside the functions that use it.
+if TYPE_CHECKING:
+    from harness.execute.runner import SampleOptions
+    from harness.pipeline.options import RunOptions
+    from harness.report.live import LiveProgress
 
 
 class Parser(argparse.ArgumentParser):
@@ -46,6 +50,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def _seconds(text: str, zero_ok: bool) -> float:
+    from harness.config.fields import MAX_SECONDS  # pydantic: only once a value is parsed
+
     try:
         value = float(text)
     except ValueError:
@@ -189,6 +195,8 @@ def add_progress_options(p: argparse.ArgumentParser) -> None:
 
 
 def progress(args: argparse.Namespace, label: str) -> LiveProgress:
+    from harness.report.live import LiveProgress
+
     if getattr(args, "quiet", False):
         return LiveProgress.off()
     return LiveProgress(label, every_s=getattr(args, "progress_every", 10.0))
@@ -211,6 +219,8 @@ def add_watch_options(p: argparse.ArgumentParser, trainer_args: bool = True, per
 
 
 def sampling(args: argparse.Namespace) -> SampleOptions:
+    from harness.execute.runner import SampleOptions
+
     return SampleOptions(enabled=not args.no_sample, native=args.native, python=args.python_stacks)
 
 
@@ -220,6 +230,8 @@ def trainer_env(args: argparse.Namespace) -> dict[str, str]:
 
 def run_options(args: argparse.Namespace, variant: str | None = None) -> RunOptions:
     """The one place parsed arguments become RunOptions (run, compare, bisect, bisect-step)."""
+    from harness.pipeline.options import RunOptions
+
     return RunOptions(
         env=args.env,
         pin=args.pin,

@@ -10,15 +10,19 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from harness.errors import Interrupted
-from harness.pipeline.run import RunInterrupted
-from harness.report import github, store
-from harness.report.console import print_summary
-from harness.report.model import Report
+
+# the pipeline and the report writers are imported when a run ends, not when the parser
+# is built (harness.cli.options says why)
+if TYPE_CHECKING:
+    from harness.report.model import Report
 
 
 def finish(report_and_code: tuple[Report, int], as_json: bool) -> int:
+    from harness.pipeline.run import RunInterrupted
+
     report, code = report_and_code
     try:
         return _finish(report, code, as_json)
@@ -29,6 +33,9 @@ def finish(report_and_code: tuple[Report, int], as_json: bool) -> int:
 
 
 def _finish(report: Report, code: int, as_json: bool) -> int:
+    from harness.report import github
+    from harness.report.console import print_summary
+
     out = sys.stderr if as_json else sys.stdout
     shown = True
     if as_json:
@@ -53,6 +60,8 @@ def verdict_line(report: Report, code: int) -> str:
 def unwritten_line(report: Report) -> str | None:
     """One line naming the report files the disk refused, and where the verdict is kept;
     None when every file was written."""
+    from harness.report import store
+
     if not report.unwritten:
         return None
     others = {name: why for name, why in report.unwritten.items() if name != "report.json"}

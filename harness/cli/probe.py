@@ -8,7 +8,6 @@ from typing import Any
 
 from harness.cli import options
 from harness.cli.output import check_mark
-from harness.pipeline.probe import probe_env
 
 NAME = "probe"
 
@@ -35,6 +34,8 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 def command(args: argparse.Namespace) -> int:
     """Exit 0 when the probe's rewards are within the scenario's bounds, 1 when not."""
+    from harness.pipeline.probe import probe_env
+
     res = probe_env(
         args.env, args.pin, args.variant, args.checkout, args.steps, args.envs, args.seed
     )

@@ -6,14 +6,20 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli.options import positive_int
 from harness.errors import HarnessError
 from harness.outcome import USAGE
-from harness.pipeline.repeat import AUTO, DEFAULT_CAP, Repeat, RunsInterrupted, parse_repeat
-from harness.report import repeat as aggregate
-from harness.report.matrix import Matrix, print_matrix, write_matrix
-from harness.report.runs import RunRow
+
+# the parser needs the two constants; the aggregate and its writers are imported when runs
+# end (harness.cli.options says why)
+from harness.pipeline.repeat import AUTO, DEFAULT_CAP
+
+if TYPE_CHECKING:
+    from harness.pipeline.repeat import Repeat, RunsInterrupted
+    from harness.report.matrix import Matrix
+    from harness.report.runs import RunRow
 
 
 def add_repeat_options(
@@ -56,6 +62,8 @@ def add_repeat_options(
 
 
 def repeat_plan(args: argparse.Namespace, auto: bool = False) -> Repeat:
+    from harness.pipeline.repeat import Repeat, parse_repeat
+
     runs, is_auto = parse_repeat(str(args.repeat), auto)
     until_fail = getattr(args, "until_fail", False)
     if is_auto:
@@ -77,6 +85,10 @@ def repeat_runs(
 ) -> int:
     """`runs()`, then their aggregate (finish_repeat); interrupted, the aggregate of the runs
     that finished is written first, then the interrupt goes on to its exit code."""
+    from harness.pipeline.repeat import RunsInterrupted
+    from harness.report import repeat as aggregate
+    from harness.report.matrix import write_matrix
+
     try:
         rows = runs()
     except RunsInterrupted as exc:
@@ -90,6 +102,8 @@ def repeat_runs(
 
 def write_partial(m: Matrix, exc: RunsInterrupted) -> None:
     """A multi-run table of what finished before an interrupt, in the command's folder."""
+    from harness.report.matrix import write_matrix
+
     m.conclusion.append(interrupted_note(exc))
     write_matrix(m, exc.folder)
 
@@ -97,6 +111,9 @@ def write_partial(m: Matrix, exc: RunsInterrupted) -> None:
 def finish_repeat(title: str, env: str | None, rows: list[RunRow], out: Path, as_json: bool) -> int:
     """repeat.json, repeat.md, index.html and report.html in `out`; the table, the rate and
     the groups on stdout (or the JSON); the exit code of what the runs found."""
+    from harness.report import repeat as aggregate
+    from harness.report.matrix import print_matrix, write_matrix
+
     m = aggregate.repeat_matrix(title, env, rows, out)
     write_matrix(m, out, also_report_html=True)
     print_matrix(m, out, as_json)

@@ -11,9 +11,6 @@ from typing import Any
 from harness.errors import HarnessError
 from harness.files import atomic_write
 from harness.outcome import USAGE
-from harness.report.console import print_summary
-from harness.report.html import render_html
-from harness.report.load import load_report
 
 NAME = "report"
 
@@ -35,6 +32,10 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
+    from harness.report.console import print_summary
+    from harness.report.html import render_html
+    from harness.report.load import load_report
+
     report = load_report(args.path)
     print_summary(report, sys.stdout)
     if args.html or args.out is not None:

@@ -6,10 +6,6 @@ import argparse
 from typing import Any
 
 from harness.cli import options, repeating
-from harness.cli.output import finish
-from harness.pipeline.repeat import repeat_run
-from harness.pipeline.run import run_env
-from harness.report import store
 
 NAME = "run"
 
@@ -34,6 +30,11 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
+    from harness.cli.output import finish
+    from harness.pipeline.repeat import repeat_run
+    from harness.pipeline.run import run_env
+    from harness.report import store
+
     plan = repeating.repeat_plan(args)
     opts = options.run_options(args)
     if not plan.repeated:

@@ -9,10 +9,6 @@ import argparse
 from typing import Any
 
 from harness.cli import options, repeating
-from harness.pipeline.repeat import RunsInterrupted
-from harness.pipeline.sweep import SweepResult, conclude, parse_knobs, run_sweep
-from harness.report import store
-from harness.report.matrix import print_matrix, write_matrix
 
 NAME = "sweep"
 
@@ -42,6 +38,11 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
+    from harness.pipeline.repeat import RunsInterrupted
+    from harness.pipeline.sweep import SweepResult, conclude, parse_knobs, run_sweep
+    from harness.report import store
+    from harness.report.matrix import print_matrix, write_matrix
+
     knobs = parse_knobs(args.sets, args.env_knobs, args.variants, args.host_knob)
     plan = repeating.repeat_plan(args)
     args.env_vars, args.trainer_args, args.variant = [], [], "stock"

@@ -9,12 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli import hostopts, options, repeating
-from harness.cli.output import finish
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S
-from harness.pipeline.options import WatchOptions
-from harness.pipeline.repeat import repeat_watch
-from harness.pipeline.run import watch_command
-from harness.report import store
 
 NAME = "watch"
 DEFAULT_LIMIT_S = 600.0
@@ -45,6 +40,12 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
+    from harness.cli.output import finish
+    from harness.pipeline.options import WatchOptions
+    from harness.pipeline.repeat import repeat_watch
+    from harness.pipeline.run import watch_command
+    from harness.report import store
+
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
