@@ -6,6 +6,7 @@ signalled or killed) unless `--kill` was given."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -445,3 +446,39 @@ def test_kill_does_not_wait_for_a_parent_to_reap(
     assert (int(killed), leftover.strip()) == (2, "[]"), out.stdout + out.stderr
     assert target.proc.wait(timeout=10) == -signal.SIGKILL
     assert float(took) < 2.5, f"kill_tree took {float(took):.2f}s on a dead (zombie) target"
+
+
+def test_written_since_counts_growth_never_an_exit() -> None:
+    from harness.execute.attach import written_since
+
+    # a process that wrote a lot and exited meanwhile is no negative progress
+    assert written_since({1: 100, 2: 5_000_000}, {1: 100}) == 0
+    assert written_since({1: 100}, {1: 160, 3: 40}) == 100  # growth, and a newborn's writes
+    assert written_since({}, {}) is None  # nothing readable: unknown, not "nothing written"
+
+
+@pytest.mark.slow
+def test_kill_reaches_the_orphans_of_a_root_that_exited(
+    tmp_path: Path, spawn: Callable[..., Spawned]
+) -> None:
+    """The root exits while watched and leaves a child behind: --kill after the report
+    kills what the watch saw in the tree, not only what the root still has."""
+    target = spawn(["sh", "-c", "sleep 300 & echo started; sleep 2"])
+    target.expect("started")
+    (orphan,) = psutil.Process(target.pid).children()
+    try:
+        res = attach(target.pid, tmp_path, "--duration", "20", "--kill")
+        assert res.code == EXITED, res.stderr
+        report = check_attach_report(res, target.pid)
+        assert orphan.pid in report["cleanup"]["killed"], report["cleanup"]
+        until(lambda: not _alive(orphan), "the orphan's death", 10)
+    finally:
+        with contextlib.suppress(psutil.Error):
+            orphan.kill()
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

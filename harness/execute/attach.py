@@ -133,6 +133,8 @@ class Observer:
     ignore: set[tuple[int, int]] = field(default_factory=set)
     started: float = field(default_factory=time.monotonic)
     loop: WatchLoop = field(init=False)
+    # every process seen in the tree (psutil handles: a reused pid is never signalled)
+    seen: dict[int, psutil.Process] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.loop = WatchLoop(self.pid, self.started, quiescence=self.quiescent_s > 0)
@@ -142,6 +144,9 @@ class Observer:
 
     def look(self, now: float | None = None) -> None:
         self.loop.tick(time.monotonic() if now is None else now)
+        for pid in self.loop.new_pids():  # for --kill: members that outlive the root
+            with contextlib.suppress(psutil.Error):
+                self.seen.setdefault(pid, psutil.Process(pid))
 
     @property
     def gone(self) -> bool:
@@ -209,15 +214,24 @@ class Observer:
             time.sleep(min(POLL_S, WATCH_INTERVAL_S, max(0.0, end - now)))
 
 
-def tree_written(pids: Collection[int]) -> int | None:
-    """Bytes the processes have written so far (/proc/PID/io wchar, every write: output,
-    logs, pipes), or None when none could be read (another user's processes)."""
-    total, read = 0, False
+def tree_written(pids: Collection[int]) -> dict[int, int]:
+    """Bytes each process has written so far (/proc/PID/io wchar: every write, output,
+    logs, pipes); the processes whose counters cannot be read (another user's) are left
+    out."""
+    out: dict[int, int] = {}
     for pid in pids:
         with contextlib.suppress(psutil.Error):
-            total += psutil.Process(pid).io_counters().write_chars
-            read = True
-    return total if read else None
+            out[pid] = psutil.Process(pid).io_counters().write_chars
+    return out
+
+
+def written_since(before: dict[int, int], now: dict[int, int]) -> int | None:
+    """Bytes written between two readings by the processes of the second (a process born
+    since counts whole; one that exited took its count with it, which is no negative
+    progress); None when neither reading read anything."""
+    if not before and not now:
+        return None
+    return sum(max(0, n - before.get(pid, 0)) for pid, n in now.items())
 
 
 def tree_pids(pid: int) -> list[int]:
@@ -226,13 +240,20 @@ def tree_pids(pid: int) -> list[int]:
     return []
 
 
-def kill_tree(pid: int) -> proctree.KillReport:
-    """--kill: the target and every descendant, SIGKILL, after the report. They are not
-    our children: their parents reap them (or init does)."""
+def kill_tree(pid: int, seen: Collection[psutil.Process] = ()) -> proctree.KillReport:
+    """--kill: the target, every descendant and every process seen in its tree (an orphan
+    of a root that exited while watched), SIGKILL, after the report. They are not our
+    children: their parents reap them (or init does)."""
     procs: list[psutil.Process] = []
     with contextlib.suppress(psutil.Error):
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
+    known = {p.pid for p in procs}
+    for p in seen:
+        with contextlib.suppress(psutil.Error):
+            if p.pid not in known and p.is_running():  # is_running: not a reused pid
+                procs += [p, *p.children(recursive=True)]
+                known |= {q.pid for q in procs}
     killed: list[int] = []
     for p in procs:
         with contextlib.suppress(psutil.Error):

@@ -28,6 +28,7 @@ from harness.execute.attach import (
     tree_pids,
     tree_written,
     visible,
+    written_since,
 )
 from harness.execute.runner import SampleOptions
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S, Limits
@@ -165,9 +166,9 @@ def attach_command(opts: AttachOptions) -> tuple[Report, int]:
         with finishing(report):
             store.save(report, "run")
             opts.progress.phase("attach", f"pid {opts.pid}")
-            _watch(opts, report)
+            seen = _watch(opts, report)
             if opts.kill:
-                killed = kill_tree(opts.pid)
+                killed = kill_tree(opts.pid, seen)
                 report.cleanup = Cleanup(killed=killed.killed, leftover=killed.leftover)
                 report.notes.append(f"--kill: SIGKILL sent to {len(killed.killed)} processes")
             store.finish(report, "complete")
@@ -177,7 +178,8 @@ def attach_command(opts: AttachOptions) -> tuple[Report, int]:
     return report, report.verdict.exit_code
 
 
-def _watch(opts: AttachOptions, report: Report) -> None:
+def _watch(opts: AttachOptions, report: Report) -> list[psutil.Process]:
+    """Watch and judge into `report`; the processes seen in the tree."""
     refusal = ptrace_refusal(opts.pid)
     if refusal is not None:
         report.notes.append(f"/proc only: {refusal}")
@@ -195,14 +197,13 @@ def _watch(opts: AttachOptions, report: Report) -> None:
                     f"pid {opts.pid} exited while watched (its exit status is its parent's)",
                     evidence=[f"pid {opts.pid} vanished after {obs.loop.snapshots} looks"],
                 )
-                return
+                break
             if what == "quiescent":
                 reason = f"every thread blocked on the tree for {opts.quiescent_s:g}s"
                 if diagnose_tree(report, obs, Trigger.QUIESCENT, reason, opts.sampling, refusal):
-                    return
+                    break
                 continue  # it moved after all: watch on, within the duration
-            now_written = tree_written(tree_pids(opts.pid))
-            grew = None if written is None or now_written is None else now_written - written
+            grew = written_since(written, tree_written(tree_pids(opts.pid)))
             if grew:
                 report.trigger = Trigger.DURATION.value
                 report.exit = ExitInfo(reason="attach window ended", pid=opts.pid)
@@ -212,13 +213,14 @@ def _watch(opts: AttachOptions, report: Report) -> None:
                     "window and was never quiescent",
                     evidence=[f"/proc/PID/io wchar of the tree grew by {grew} bytes"],
                 )
-                return
+                break
             reason = (
                 f"not quiescent within the {opts.duration_s:g}s window and "
                 + ("wrote nothing" if grew == 0 else "its writes are unreadable")
                 + (": judged from /proc (no stacks)" if refusal else ": judged from the stacks")
             )
             diagnose_tree(report, obs, Trigger.DURATION, reason, opts.sampling, refusal)
-            return
+            break
     finally:
         obs.close()
+    return list(obs.seen.values())
