@@ -13,7 +13,7 @@ import pytest
 
 from tests.gitrepo import git
 from tests.harness_cli import harness
-from tests.test_bisect_flaky import ENV, make_race_history, race_source
+from tests.test_bisect_flaky import ENV, ROUNDS, make_race_history, race_source
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -33,7 +33,7 @@ def _compare(tmp_path: Path, h: Any, name: str, *more: str) -> tuple[int, dict[s
 
 
 def test_a_flaky_baseline_is_not_confirmed_on_luck(tmp_path: Path) -> None:
-    h = make_race_history(tmp_path / "history", 1, 1, 300)  # HEAD brings in the race
+    h = make_race_history(tmp_path / "history", 1, 1, ROUNDS)  # HEAD brings in the race
     git(h.root, "checkout", "--quiet", "-b", "fix")
     (h.root / "race.c").write_text(race_source(2, bad=False))  # the lock order restored
     git(h.root, "commit", "--quiet", "-am", "audit: take the ledger first again")
