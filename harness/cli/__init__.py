@@ -35,8 +35,6 @@ from harness.cli import (
 from harness.cli.options import Parser
 from harness.errors import HarnessError, Interrupted
 from harness.files import atomic_write
-from harness.pipeline.repeat import RunsInterrupted
-from harness.pipeline.run import RunInterrupted
 from harness.text import terminal_safe
 
 DESCRIPTION = (
@@ -119,14 +117,24 @@ def _install_signal_handlers() -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
+def _raised_by(exc: Interrupted, module: str, name: str) -> bool:
+    """`exc` is `module.name`, looked up only if that module was imported: a pipeline that
+    never ran cannot have raised its own exception (the CLI starts without importing every
+    pipeline: a child harness's start-up is its import time)."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return isinstance(cls, type) and isinstance(exc, cls)
+
+
 def _interrupted(exc: Interrupted) -> int:
     """One line: where the interruption left the report (none before the run's folder)."""
-    if isinstance(exc, RunsInterrupted):
+    if _raised_by(exc, "harness.pipeline.repeat", "RunsInterrupted"):
+        assert hasattr(exc, "runs") and hasattr(exc, "folder")
         line = (
             f"harness: interrupted by signal {exc.signum} after {exc.runs} finished run(s); "
             f"their table and every run's report: {exc.folder}"
         )
-    elif isinstance(exc, RunInterrupted):
+    elif _raised_by(exc, "harness.pipeline.run", "RunInterrupted"):
+        assert hasattr(exc, "report") and hasattr(exc, "stage")
         folder = exc.report.directory
         failed = exc.report.unwritten.get("report.json")
         where = (

@@ -9,7 +9,6 @@ from typing import Any
 
 from harness.cli import options
 from harness.cli.output import finish
-from harness.execute.runner import SampleOptions
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S
 
 NAME = "attach"
@@ -57,6 +56,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
+    from harness.execute.runner import SampleOptions
     from harness.pipeline.attach import AttachOptions, attach_command
 
     opts = AttachOptions(
