@@ -7,6 +7,7 @@ signalled or killed) unless `--kill` was given."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -482,3 +483,48 @@ def _alive(proc: psutil.Process) -> bool:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+# ------------------------------------------------- real-world hangs nobody here wrote
+
+# Cases of the corpus (tests/realworld/cases.toml: public bug reports, run as their users
+# run them), started by the test, hung before attach looks. A cause that rests on a fork or
+# a death attach could not witness is given only on what is there now (a pool's
+# replacement worker); otherwise the report says which causes needed that history.
+REALWORLD = [
+    "logging-dictconfig",
+    "popen-wait-pipe",
+    "mp-queue-join",
+    "pool-sigkill",
+    "sklearn-kmeans-fork",  # the fork before attach: the parent's team is still there
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case_id", REALWORLD)
+def test_attach_on_a_real_world_hang(
+    case_id: str, tmp_path: Path, spawn: Callable[..., Spawned]
+) -> None:
+    from harness.pipeline.attach import NEEDS_HISTORY
+    from tests.realworld.corpus import HERE, load_cases
+
+    (case,) = [c for c in load_cases() if c.id == case_id]
+    assert case.expect is not None
+    for module in case.modules:  # setup.sh installs them: missing fails under CI
+        if importlib.util.find_spec(module) is None:
+            facts.missing(f"the Python module {module}", f"the corpus case {case_id}")
+    target = spawn(case.command(), cwd=HERE)
+    time.sleep(3.0)  # every corpus hang sets in within about 2 s of start
+    res = attach(target.pid, tmp_path, "--quiescent", "2", "--duration", "20")
+    report = check_attach_report(res, target.pid)
+    verdict = report["verdict"]
+    assert (verdict["kind"], verdict["mechanism"]) == ("hang", case.expect.mechanism), verdict
+    causes = [c["id"] for c in verdict["causes"]]
+    if case.expect.cause in NEEDS_HISTORY and not causes:
+        # the death happened before the first look and left nothing to see: the note says
+        # which cause needed it
+        assert case.expect.cause in " ".join(report["notes"]), report["notes"]
+    else:  # seen from what is there now (pool-sigkill: the worker its pool started anew)
+        assert causes == [case.expect.cause], causes
+        assert re.search(case.expect.location, verdict["location"] or ""), verdict["location"]
+    assert_still_running(target)
