@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.pytest_plugin import channel, resume
+from harness.pytest_plugin import channel, procstart, resume, watcher
 from tests.facts import require_tool
 
 CASES = Path(__file__).parent / "pytest_hang"
@@ -209,16 +209,102 @@ def test_a_subreaper_pytest_adopts_its_watcher_and_still_gets_verdicts(
 ) -> None:
     """pytest as a child subreaper (tests/pytest_hang/conftest.py): the watcher's launcher
     exits and pytest adopts the watcher, so it sits in the tree it watches. It must leave
-    itself out (its looks are CPU, its stack tools children): the Python deadlock is still
-    quiescent and fails alone, the other tests pass."""
+    itself out of the rule and of every kill: the stuck child is killed once the test is
+    interrupted, and after the native hang (pytest's every descendant is killed before it
+    starts again) the watcher is still there to record its answer; nothing is left."""
+    require_tool("gcc", why="builds the C lock cycle the native test calls")
     monkeypatch.setenv("HANG_SUBREAPER", "1")
-    s = run_session(tmp_path, ["case_pylocks.py", "case_plain.py"], "--hang-quiescent=2")
+    s = run_session(
+        tmp_path, ["case_child.py", "case_native.py", "case_plain.py"], "--hang-quiescent=2"
+    )
+    assert s.rc == 1, s.out
+    for nodeid, answer in ((CHILD, channel.INTERRUPTED), (NATIVE, channel.EXEC)):
+        outcome, message = s.junit[nodeid]
+        assert outcome == "failed" and "hang-watch:" in message, (nodeid, message, s.out)
+        hang = channel.read_verdict(s.reports, nodeid, since=0)
+        # the answer is written after the kills: a watcher that killed itself leaves ""
+        assert hang is not None and hang.answer == answer, (nodeid, hang)
+    assert "2 failed, 9 passed" in s.out, s.out
+    assert s.leftover == [] or all(_gone(p) for p in s.leftover), s.leftover
+
+
+@pytest.mark.slow
+def test_a_healthy_executor_left_running_ends_as_usual(tmp_path: Path) -> None:
+    """An executor never shut down (non-daemon workers) in a session without a hang:
+    Python's exit ends it; the plugin neither waits nor cuts the exit short (atexit runs)."""
+    s = run_session(tmp_path, ["case_pool.py"], "--hang-quiescent=2")
+    assert s.rc == 0, s.out
+    assert "case_pool: atexit ran" in s.out, s.out
+    assert "without waiting" not in s.out, s.out
+    assert s.leftover == []
+
+
+@pytest.mark.slow
+def test_timeout_fails_a_spin_once_and_the_session_goes_on(tmp_path: Path) -> None:
+    """A test busy in Python is never quiescent: --hang-timeout fails it, with one report
+    (its teardown is the same test: no second verdict), and the next test runs."""
+    s = run_session(tmp_path, ["case_spin.py"], "--hang-quiescent=2", "--hang-timeout=3")
+    assert s.rc == 1, s.out
+    outcome, message = s.junit["case_spin.py::test_spin"]
+    assert outcome == "failed" and "(--hang-timeout)" in message, (message, s.out)
+    assert "spin" in message, message
+    assert s.junit["case_spin.py::test_spin_after"][0] == "passed", s.junit
+    folders = [p for p in s.reports.iterdir() if p.name != channel.HIDDEN_DIR]
+    assert len(folders) == 1, folders
+    assert s.leftover == []
+
+
+@pytest.mark.slow
+def test_a_swallowed_interrupt_is_given_again(tmp_path: Path) -> None:
+    """`with ThreadPoolExecutor() as ex: ex.submit(deadlock).result()`: the first interrupt
+    ends result(), then __exit__ joins the deadlocked worker and the test is quiescent
+    again; a second interrupt ends that too (no restart of pytest) and the next test
+    runs."""
+    s = run_session(tmp_path, ["case_executor.py"], "--hang-quiescent=2")
+    assert s.rc == 1, s.out
+    outcome, message = s.junit["case_executor.py::test_executor_deadlock"]
+    assert outcome == "failed" and "hang-watch:" in message, (message, s.out)
+    assert s.junit["case_executor.py::test_executor_after"][0] == "passed", s.junit
+    assert "starts again in this process" not in s.out, s.out
+    # two verdicts, two reports: the one swallowed, the one that ended the test
+    folders = [p for p in s.reports.iterdir() if "test_executor_de" in p.name]
+    assert len(folders) == 2, (folders, message)
+    assert s.leftover == []
+
+
+@pytest.mark.slow
+def test_faulthandler_timeout_watchdog_is_not_the_test(tmp_path: Path) -> None:
+    """pytest's faulthandler_timeout starts a new C watchdog thread (a timed wait) for each
+    test; the deadlock in the second test is still quiescent, not a --hang-timeout."""
+    s = run_session(
+        tmp_path,
+        ["case_pylocks.py"],
+        "--hang-quiescent=2",
+        "--hang-timeout=20",
+        "-o",
+        "faulthandler_timeout=60",
+    )
     assert s.rc == 1, s.out
     outcome, message = s.junit[PYLOCKS]
-    assert outcome == "failed" and "top cause: python-locks" in message, (message, s.out)
-    others = [o for n, (o, _) in s.junit.items() if n != PYLOCKS]
-    assert others and all(o == "passed" for o in others), s.junit
-    assert s.leftover == [] or all(_gone(p) for p in s.leftover)
+    assert outcome == "failed" and "quiescent" in message, (message, s.out)
+    assert "top cause: python-locks" in message, message
+
+
+@pytest.mark.slow
+def test_resume_after_a_moved_hang_past_a_double_dash(tmp_path: Path) -> None:
+    """The native hang's test left the cwd and the environment changed and a Path in a
+    user property, and the files follow `--`: the session is saved anyway, pytest starts
+    again from where it was started with its environment, and the command line still
+    names only files after `--`."""
+    require_tool("gcc", why="builds the C lock cycle the test calls")
+    s = run_session(tmp_path, ["--", "case_resume.py"], "--hang-quiescent=2")
+    assert s.rc == 1, s.out
+    assert "resumed after case_resume.py::test_moved_then_native_deadlock" in s.out, s.out
+    assert s.junit["case_resume.py::test_property_path"][0] == "passed", s.junit
+    outcome, message = s.junit["case_resume.py::test_moved_then_native_deadlock"]
+    assert outcome == "failed" and "top cause: lock-cycle" in message, (message, s.out)
+    assert s.junit["case_resume.py::test_resumed_where_it_started"][0] == "passed", s.out
+    assert s.leftover == []
 
 
 @pytest.mark.slow
@@ -232,10 +318,13 @@ def test_healthy_look_alikes_pass(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_pytest_timeout_signal_method_wins(tmp_path: Path) -> None:
+def test_pytest_timeout_signal_method_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """pytest-timeout's SIGALRM handler makes every wait of the process timed (a timer
     signal may end it), so the tree is never quiescent: pytest-timeout fires at --timeout;
-    hang-watch would only at --hang-timeout (docs/pytest.md)."""
+    hang-watch would only at --hang-timeout (docs/pytest.md). The test's threads are
+    daemons here: hang-watch failed nothing, so it does not end the process, and Python's
+    exit would join deadlocked non-daemon threads for ever, as without the plugin."""
+    monkeypatch.setenv("HANG_DAEMON", "1")
     s = run_session(tmp_path, ["case_pylocks.py"], "--hang-quiescent=2", "--timeout=8")
     assert s.rc == 1
     outcome, message = s.junit[PYLOCKS]
@@ -331,16 +420,35 @@ def test_verdict_file_is_found_for_its_test_only_when_fresh(tmp_path: Path) -> N
     assert json.loads((tmp_path / "r1" / "hang.json").read_text())["nodeid"] == hang.nodeid
 
 
-def test_resume_argv_replaces_an_earlier_state(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        sys, "orig_argv", ["python", "-m", "pytest", "-x", resume.OPTION, "/old.json", "t.py"]
-    )
-    assert resume.argv_again(Path("/new.json")) == [
-        "python",
-        "-m",
-        "pytest",
-        "-x",
-        "t.py",
-        resume.OPTION,
-        "/new.json",
+def test_resume_state_that_is_not_one_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A state file of the wrong shape (hand-edited, another version) is a usage error,
+    not an INTERNALERROR."""
+    for text in ('{"reports": 5}', '{"reports": {"a": 3}}', "[1]", "{not json"):
+        path = tmp_path / "state.json"
+        path.write_text(text)
+        with pytest.raises(pytest.UsageError, match=resume.ENV):
+            resume.load(path)
+
+
+def test_state_with_a_path_property_saves(tmp_path: Path) -> None:
+    state = resume.State(reports={"t.py::x": [{"user_properties": [["p", Path("/x")]]}]})
+    state.save(tmp_path / "s.json")
+    assert resume.load(tmp_path / "s.json").reports["t.py::x"][0]["user_properties"] == [
+        ["p", "/x"]
     ]
+
+
+def test_born_since_uses_the_boot_clock_to_the_tick() -> None:
+    """A child started right after a phase began counts as born in it: psutil's
+    create_time() can be early by up to a second (boot time in whole seconds)."""
+    before = procstart.now()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        started = procstart.process_started(child.pid)
+        assert procstart.born_since(started, before)
+        assert not procstart.born_since(started, procstart.now() + 0.5)
+        assert child.pid in watcher.descendants(os.getpid(), skip=-1)
+        assert child.pid not in watcher.descendants(os.getpid(), skip=child.pid)
+    finally:
+        child.kill()
+        child.wait()

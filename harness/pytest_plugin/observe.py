@@ -14,13 +14,9 @@ differences a test session needs.
 
 from __future__ import annotations
 
-import contextlib
-import os
-
-import psutil
-
 from harness.execute.attach import Observer
 from harness.execute.runner import SampleOptions
+from harness.pytest_plugin import procstart
 from harness.sampling import locks
 from harness.sampling.model import LockCycle, LockLink, SampleSet
 
@@ -43,32 +39,12 @@ class PluginObserver(Observer):
             _python_lock_cycles(samples)
         return samples
 
-    def leave_out_threads_since(self, pid: int, epoch: float) -> list[int]:
-        """Threads of `pid` (its main thread excepted) started at or after `epoch`: the
-        hung test's, still there after its main thread was interrupted."""
-        born = [tid for tid in thread_starts(pid, epoch) if tid != pid]
+    def leave_out_threads_since(self, pid: int, boot: float) -> list[int]:
+        """Threads of `pid` (its main thread excepted) started at or after `boot` (seconds
+        since boot): the hung test's, still there after its main thread was interrupted."""
+        born = [tid for tid in procstart.threads_since(pid, boot) if tid != pid]
         self.left.update((pid, tid) for tid in born)
         return born
-
-
-def thread_starts(pid: int, epoch: float) -> list[int]:
-    """Threads of `pid` started at or after `epoch` (/proc/PID/task/TID/stat starttime)."""
-    try:
-        tick = os.sysconf("SC_CLK_TCK")
-        boot = psutil.boot_time()
-        tids = os.listdir(f"/proc/{pid}/task")
-    except (OSError, ValueError, psutil.Error):
-        return []
-    out = []
-    for name in tids:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            with open(f"/proc/{pid}/task/{name}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-            fields = stat[stat.rindex(")") + 2 :].split()
-            started = boot + int(fields[19]) / tick  # field 22 of stat, 3rd after comm
-            if started >= epoch - 0.02:
-                out.append(int(name))
-    return out
 
 
 def _python_lock_cycles(samples: SampleSet) -> None:

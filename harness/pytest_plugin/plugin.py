@@ -8,23 +8,22 @@ again after a hang in native code replays what ran before (`resume`)."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import harness
-from harness.pytest_plugin import channel, resume
+from harness.pytest_plugin import channel, procstart, resume, threads
 from harness.pytest_plugin.listener import Control, Listener, install_handler
 
 DEFAULT_QUIESCENT_S = 5.0
@@ -32,7 +31,7 @@ DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_REPORT_DIR = "harness-reports"
 LAUNCH_S = 10.0  # the launcher only starts the watcher and exits
 JOIN_LEFT_S = 1.0  # at the end, how long threads a hung test left get to finish
-JOIN_HEALTHY_S = 5.0  # the same when no hang was seen (a slow background thread)
+PR_SET_PTRACER = 0x59616D61  # yama: let this pid (and its children) trace us
 # starts the watcher and exits, so that the watcher is nobody's child in pytest's tree
 _LAUNCHER = (
     "import json, subprocess, sys\n"
@@ -72,10 +71,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         help=f"where hung tests' report folders go (default {DEFAULT_REPORT_DIR})",
     )
-    group.addoption(resume.OPTION, default=None, help=argparse.SUPPRESS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # a resumed session's state comes in the environment, never passed on to children
+    state_path = os.environ.pop(resume.ENV, None)
     if not config.getoption("hang_watch"):
         return
     report_dir = config.invocation_params.dir / str(config.getoption("hang_report_dir"))
@@ -83,7 +83,6 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in ("hang_quiescent", "hang_timeout"):
         if float(config.getoption(name)) < 0:
             raise pytest.UsageError(f"--{name.replace('_', '-')} must be 0 or more")
-    state_path = config.getoption("hang_resume")
     state = resume.load(Path(state_path)) if state_path else None
     config.pluginmanager.register(HangWatch(config, report_dir, state), "hang-watch-session")
 
@@ -103,8 +102,12 @@ class HangWatch:
         self.out_fd = -1
         self.location: tuple[str, int | None, str] = ("", None, "")
         self.test_started = 0.0
-        self.exitstatus = 0
+        self.session: pytest.Session | None = None
         self.previous: object | None = None
+        # what a resume by exec starts again from: a hung test may have moved both
+        self.env = dict(os.environ)
+        self.cwd = config.invocation_params.dir
+        self.resume_path: Path | None = None
         # the real stdin/stdout/stderr: restored before an exec (a capture may hold 1, 2)
         self.std: list[int] = []
         for fd in (0, 1, 2):
@@ -128,10 +131,12 @@ class HangWatch:
             self.previous is not None,
             self._stuck,
             self._act,
+            self._note,
+            _allow_tracer,
         )
         listener.start()
         listener.ready.wait(2.0)
-        channel.send(self.out_fd, {"t": "hello", "ignore": [listener.tid, *_foreign_threads()]})
+        channel.send(self.out_fd, {"t": "hello", "ignore": [listener.tid]})
         cmd = [
             sys.executable,
             "-m",
@@ -169,10 +174,17 @@ class HangWatch:
         ctl = self.ctl
         ctl.seq += 1
         ctl.nodeid, ctl.when = item.nodeid, when
+        ctl.boot = procstart.now()
         if when == "setup":
             self.test_started = time.time()
         message = {"t": "phase", "seq": ctl.seq, "nodeid": item.nodeid, "when": when}
-        channel.send(self.out_fd, {**message, "epoch": time.time(), "ignore": _timer_threads()})
+        message.update(
+            epoch=time.time(),
+            boot=ctl.boot,
+            ignore=threads.timer_threads(),
+            foreign=threads.foreign_threads(),
+        )
+        channel.send(self.out_fd, message)
 
     def _idle(self) -> None:
         self.ctl.seq += 1
@@ -182,36 +194,43 @@ class HangWatch:
     # ---------------------------------------------------- a main thread that cannot be woken
 
     def _stuck(self, hang: channel.Hang) -> str:
-        """Decide how to go on; for EXEC the resume state is written here."""
+        """How to go on (at once: the watcher waits for the answer a bounded time)."""
         if self.worker:
             return channel.EXIT
         why = resume.resumable()
         if why is not None:
             self._note(f"hang-watch: cannot start pytest again ({why}): the session ends")
             return channel.EXIT
-        for report in resume.hung_reports(hang, self.location, self.test_started):
-            self.record.add(self.config, report)
-        self.record.hung.append(hang.to_json())
+        return channel.EXEC
+
+    def _save(self, hang: channel.Hang) -> Path | None:
+        """The session so far and the hung test's failure, for the resumed session."""
         path = self.report_dir / channel.HIDDEN_DIR / f"resume-{os.getpid()}.json"
         try:
+            for report in resume.hung_reports(hang, self.location, self.test_started):
+                self.record.add(self.config, report)
+            self.record.hung.append(hang.to_json())
             self.record.save(path)
-        except OSError as exc:
-            self._note(f"hang-watch: the session's results could not be saved ({exc})")
-            return channel.EXIT
-        self.resume_path = path
-        return channel.EXEC
+        except Exception as exc:  # a report that will not serialize, a full disk
+            self._note(f"hang-watch: the session's results could not be saved ({exc!r})")
+            return None
+        return path
 
     def _act(self, hang: channel.Hang, how: str) -> None:
         for target, saved in enumerate(self.std):
             with contextlib.suppress(OSError):
                 os.dup2(saved, target)
-        if how == channel.EXEC:
+        path = self._save(hang) if how == channel.EXEC else None
+        if path is not None:
             self._note(
                 f"{hang.message}\nhang-watch: the main thread is stuck in native code: pytest "
                 "starts again in this process and goes on with the tests not run yet"
             )
+            # from where it was started, with its environment: not the hung test's
+            env = {**self.env, resume.ENV: str(path)}
             with contextlib.suppress(OSError):
-                os.execv(sys.executable, resume.argv_again(self.resume_path))
+                os.chdir(self.cwd)
+                os.execve(sys.executable, resume.argv_again(), env)
         if not self.worker:
             self._note(f"{hang.message}\nhang-watch: the main thread is stuck: pytest ends")
         os.kill(os.getpid(), signal.SIGKILL)
@@ -286,7 +305,7 @@ class HangWatch:
             report.longrepr = f"{report.longrepr}\n{hang.message}"
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        self.exitstatus = int(exitstatus)
+        self.session = session
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -297,9 +316,10 @@ class HangWatch:
         if self.previous is not None:
             with contextlib.suppress(ValueError, TypeError):
                 signal.signal(signal.SIGUSR2, self.previous)  # type: ignore[arg-type]
-        if self.started:
-            grace = JOIN_LEFT_S if self.ctl.hangs else JOIN_HEALTHY_S
-            _end_if_threads_left(self.exitstatus, grace, self._note)
+        if self.started and self.ctl.hangs > 0:
+            # read now: a later sessionfinish hook may have changed it
+            status = int(self.session.exitstatus) if self.session is not None else 1
+            threads.end_if_threads_left(self.ctl.left, status, JOIN_LEFT_S, self._note)
 
 
 def _check_report_dir(path: Path) -> None:
@@ -317,48 +337,11 @@ def _check_report_dir(path: Path) -> None:
         ) from None
 
 
-def _timer_threads() -> list[int]:
-    """pytest-timeout's thread method: its Timer thread waits with a timeout for the whole
-    test, so the tree would never be quiescent; it is the watchdog, not the test."""
-    return [
-        t.native_id
-        for t in threading.enumerate()
-        if isinstance(t, threading.Timer)
-        and getattr(t.function, "__module__", "") == "pytest_timeout"
-        and t.native_id is not None
-    ]
-
-
-def _foreign_threads() -> list[int]:
-    """Threads of this process not started through `threading` (xdist's execnet receiver,
-    blocked reading the controller's pipe): infrastructure, never the test's, left out of
-    the quiescence rule like the listener."""
-    known = {t.native_id for t in threading.enumerate()}
-    try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        return []
-    return [t for t in tids if t not in known and t != os.getpid()]
-
-
-def _end_if_threads_left(exitstatus: int, grace_s: float, note: Callable[[str], None]) -> None:
-    """Threads still running at the end would make Python's exit join them for ever: a
-    hung test interrupted in its main thread (or failed by pytest-timeout) leaves its
-    deadlocked threads behind. Give them `grace_s`, then end without the join (pytest has
-    written its summary and JUnit by now), saying so."""
-    end = time.monotonic() + grace_s
-    main = threading.main_thread()
-    for t in threading.enumerate():
-        if t is not main and not t.daemon:
-            t.join(max(0.0, end - time.monotonic()))
-    left = [
-        t.name for t in threading.enumerate() if t is not main and not t.daemon and t.is_alive()
-    ]
-    if left:
-        note(
-            f"hang-watch: {len(left)} thread(s) still running at the end ({', '.join(left[:5])}): "
-            "pytest ends without waiting for them"
-        )
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(exitstatus)
+def _allow_tracer(pid: int) -> None:
+    """Under yama ptrace_scope=1 only an ancestor may trace: the watcher is none (it is
+    started outside pytest's tree), so allow it and its stack tools. Best effort: without
+    yama the call fails and nothing is needed."""
+    if pid <= 0:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PTRACER, pid, 0, 0, 0)

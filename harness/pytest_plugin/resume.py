@@ -1,7 +1,9 @@
 """Going on after a test hung in native code, without pytest-xdist: the test's failure is
 built here, every report of the session so far is saved (`pytest_report_to_serializable`),
 and pytest is started again in the same process (`os.execv`, same pid: the watcher's
-successor follows it) with `--hang-resume STATE`. The resumed session replays each saved
+successor follows it), from the folder it was started in, with the environment it was
+started with, plus `HANG_WATCH_RESUME=STATE` (an environment variable, not an option: an
+option after a `--` would be a file argument). The resumed session replays each saved
 test in its place in the run order (`replay`: logstart, its reports, logfinish; the test
 is not run again), so the terminal, the summary counts, JUnit and the exit status hold
 every earlier test, and runs the others."""
@@ -22,7 +24,7 @@ import pytest
 from harness.files import atomic_write
 from harness.pytest_plugin import channel
 
-OPTION = "--hang-resume"
+ENV = "HANG_WATCH_RESUME"
 MAX_STATE = 256 * 1024 * 1024
 
 
@@ -42,7 +44,9 @@ class State:
             self.locations.setdefault(report.nodeid, list(report.location))
 
     def save(self, path: Path) -> None:
-        text = json.dumps({"reports": self.reports, "locations": self.locations, "hung": self.hung})
+        data = {"reports": self.reports, "locations": self.locations, "hung": self.hung}
+        # a user property may be anything (a Path): its text, as JUnit writes it
+        text = json.dumps(data, default=str)
         atomic_write(path, text)
 
 
@@ -52,16 +56,20 @@ def load(path: Path) -> State:
         with open(path, "rb") as f:
             data = json.loads(f.read(MAX_STATE))
     except (OSError, ValueError) as exc:
-        raise pytest.UsageError(f"{OPTION} {path}: cannot be read ({exc})") from None
+        raise pytest.UsageError(f"{ENV}={path}: cannot be read ({exc})") from None
     with contextlib.suppress(OSError):
         path.unlink()
-    if not isinstance(data, dict):
-        raise pytest.UsageError(f"{OPTION} {path}: not a hang-watch state")
-    return State(
-        reports=dict(data.get("reports", {})),
-        locations=dict(data.get("locations", {})),
-        hung=list(data.get("hung", [])),
-    )
+    try:
+        if not isinstance(data, dict):
+            raise TypeError(type(data).__name__)
+        reports = dict(data.get("reports", {}))
+        return State(
+            reports={str(k): [d for d in v if isinstance(d, dict)] for k, v in reports.items()},
+            locations={str(k): list(v) for k, v in dict(data.get("locations", {})).items()},
+            hung=[h for h in list(data.get("hung", [])) if isinstance(h, dict)],
+        )
+    except (TypeError, ValueError) as exc:
+        raise pytest.UsageError(f"{ENV}={path}: not a hang-watch state ({exc})") from None
 
 
 def hung_reports(
@@ -120,23 +128,9 @@ def replay_rest(config: pytest.Config, state: State) -> None:
         replay(config, nodeid, state)
 
 
-def argv_again(path: Path) -> list[str]:
-    """This interpreter's command line with `--hang-resume PATH` (replacing an earlier one:
-    the state holds every earlier report)."""
-    args = list(sys.orig_argv[1:])
-    out: list[str] = []
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a == OPTION:
-            skip = True
-            continue
-        if a.startswith(OPTION + "="):
-            continue
-        out.append(a)
-    return [sys.orig_argv[0], *out, OPTION, str(path)]
+def argv_again() -> list[str]:
+    """This interpreter's command line, as it was given (the state goes by `ENV`)."""
+    return list(sys.orig_argv)
 
 
 def resumable() -> str | None:

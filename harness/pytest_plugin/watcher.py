@@ -6,6 +6,11 @@ verdict goes to the plugin, whose answer says how the test was failed; then the 
 the hung test left are killed (those born in the hung phase when the test was interrupted;
 every descendant when pytest starts again or ends) and, with no answer at all, pytest too.
 
+The watcher may sit in pytest's tree (pytest a child subreaper adopts it once its launcher
+exits): it leaves itself and its own children (the stack tools) out of every list of
+processes to kill. Birth times are compared on the clock since boot (`procstart`), the
+plugin's phase starts too. A test is failed by --timeout once.
+
 It never outlives pytest: it ends when the plugin's pipe closes (pytest exited or started
 again: the pipe is close-on-exec) or the pid is gone. Every wait has a bound."""
 
@@ -30,18 +35,17 @@ from typing import Any
 import psutil
 
 from harness.errors import HarnessError
-from harness.execute.attach import ptrace_refusal, tree_pids
+from harness.execute.attach import ptrace_refusal
 from harness.execute.runner import SampleOptions
 from harness.pipeline.attach import diagnose_tree, start_report
 from harness.pipeline.run import finishing
-from harness.pytest_plugin import channel
+from harness.pytest_plugin import channel, procstart
 from harness.pytest_plugin.observe import PluginObserver
 from harness.report import store
 from harness.vocab import Trigger
 
 POLL_S = 0.1  # the loop's step; Observer snapshots every 0.25 s
 ANSWER_S = 6.0  # the plugin answers within its 2 s interrupt wait plus the cleanup
-BORN_SLACK_S = 0.05  # a process's start time is read to the clock tick
 
 
 @dataclass
@@ -51,6 +55,7 @@ class Phase:
     when: str = "idle"
     started: float = 0.0  # monotonic: the phase's start as the watcher learnt it
     epoch: float = 0.0  # epoch seconds of the phase's start, as the plugin sent it
+    boot: float = 0.0  # the same in seconds since boot (the clock of /proc's starttime)
     test_started: float = 0.0  # monotonic: the test's setup
 
 
@@ -65,7 +70,10 @@ class Watcher:
         self.msgs: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.phase = Phase()
         self.eof = False
-        self.refusal: str | None = None
+        self.base_ignore: set[tuple[int, int]] = set()  # the plugin's listener
+        self.phase_ignore: set[tuple[int, int]] = set()  # pytest-timeout's Timer
+        self.foreign: list[int] = []  # left out while blocked (faulthandler's watchdog)
+        self.timed_out: set[str] = set()  # tests already failed by --timeout
         reader = threading.Thread(target=self._read, args=(args.inp,), daemon=True)
         reader.start()
 
@@ -85,11 +93,12 @@ class Watcher:
             return None
         what = msg.get("t")
         if what == "hello":
-            for tid in msg.get("ignore", []):
-                self.obs.ignore.add((self.pid, int(tid)))
+            self.base_ignore = {(self.pid, int(tid)) for tid in msg.get("ignore", [])}
+            self.obs.ignore |= self.base_ignore
         elif what in ("phase", "idle"):
-            for tid in msg.get("ignore", []):  # pytest-timeout's timer thread
-                self.obs.ignore.add((self.pid, int(tid)))
+            if what == "phase":  # the infrastructure threads of now (their tids change)
+                self.phase_ignore = {(self.pid, int(t)) for t in msg.get("ignore", [])}
+                self.foreign = [int(t) for t in msg.get("foreign", [])]
             seq = int(msg.get("seq", 0))
             now = time.monotonic()
             when = str(msg.get("when", "idle")) if what == "phase" else "idle"
@@ -97,7 +106,15 @@ class Watcher:
             test_started = self.phase.test_started
             if what == "phase" and (when == "setup" or nodeid != self.phase.nodeid):
                 test_started = now
-            self.phase = Phase(seq, nodeid, when, now, float(msg.get("epoch", 0)), test_started)
+            self.phase = Phase(
+                seq,
+                nodeid,
+                when,
+                now,
+                float(msg.get("epoch", 0)),
+                float(msg.get("boot", 0)),
+                test_started,
+            )
             self.obs.reset()
         elif what == "answer":
             return msg
@@ -117,23 +134,38 @@ class Watcher:
                 return answer
 
     def run(self) -> int:
-        self.refusal = ptrace_refusal(self.pid)
+        channel.send(self.out, {"t": "ready", "pid": os.getpid()})
         try:
             while True:
                 self._drain(POLL_S)
                 if self.eof or self.obs.gone:
                     return 0
                 now = time.monotonic()
+                self._ignore()
                 self.obs.look(now)
                 phase = self.phase
                 if phase.when not in channel.PHASES:
                     continue
                 if self.obs.quiescent(now):
                     self._trigger(Trigger.QUIESCENT, phase)
-                elif self.timeout_s > 0 and now - phase.test_started >= self.timeout_s:
+                elif (
+                    self.timeout_s > 0
+                    and phase.nodeid not in self.timed_out
+                    and now - phase.test_started >= self.timeout_s
+                ):
+                    # once: its teardown (or the rest of its call) is the same test
+                    self.timed_out.add(phase.nodeid)
                     self._trigger(Trigger.WALL, phase)
         finally:
             self.obs.close()
+
+    def _ignore(self) -> None:
+        """The threads left out of the rule for this look (in place: the loop holds the
+        set)."""
+        ignore = self.obs.ignore
+        ignore.clear()
+        ignore |= self.base_ignore | self.phase_ignore
+        ignore |= {(self.pid, t) for t in self.foreign if procstart.blocked(self.pid, t)}
 
     def _trigger(self, trigger: Trigger, phase: Phase) -> None:
         after = time.monotonic() - (
@@ -152,9 +184,11 @@ class Watcher:
             print(f"hang-watch: no report for {phase.nodeid}: {exc}", file=sys.stderr)
             return
         report.notes.append(f"test {phase.nodeid}, phase {phase.when}")
+        # asked now: the plugin lets the watcher trace once it knows its pid (yama scope 1)
+        refusal = ptrace_refusal(self.pid)
         with finishing(report):
             store.save(report, "run")
-            if not diagnose_tree(report, self.obs, trigger, reason, SampleOptions(), self.refusal):
+            if not diagnose_tree(report, self.obs, trigger, reason, SampleOptions(), refusal):
                 shutil.rmtree(report.directory, ignore_errors=True)
                 return
             store.finish(report, "complete")
@@ -175,19 +209,19 @@ class Watcher:
             time=time.time(),
         )
         channel.write_verdict(self.report_dir, hang)
-        born = self._born_since(phase.epoch)  # before the answer: the tree is still whole
+        born = self._born_since(phase.boot)  # before the answer: the tree is still whole
         answered = channel.send(self.out, {"t": "hang", **hang.to_json()})
         answer = self._drain(ANSWER_S) if answered else None
         how = str(answer.get("how", "")) if answer else "killed"
         if how == channel.INTERRUPTED:
-            victims = born + self._born_since(phase.epoch)
-            left = self.obs.leave_out_threads_since(self.pid, phase.epoch)
+            victims = born + self._born_since(phase.boot)
+            left = self.obs.leave_out_threads_since(self.pid, phase.boot)
             if left:
                 print(f"{hang.nodeid}: threads left behind {left}", file=sys.stderr)
         elif how == channel.MOVED:
             victims = []
         else:  # pytest starts again or ends: nothing of this incarnation may stay
-            victims = self._born_since(0.0)
+            victims = self._born_since(-1.0)
         print(f"{hang.nodeid}: answer {how}, killing {[p.pid for p in victims]}", file=sys.stderr)
         killed = _kill(victims)
         if how == "killed":  # no answer: the GIL is held, or pytest is gone
@@ -197,14 +231,34 @@ class Watcher:
         channel.send(self.out, {"t": "cleaned", "seq": phase.seq, "killed": killed})
         self.obs.reset()
 
-    def _born_since(self, epoch: float) -> list[psutil.Process]:
-        procs = _procs([p for p in tree_pids(self.pid) if p != self.pid])
-        out = []
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                if p.create_time() >= epoch - BORN_SLACK_S:
-                    out.append(p)
-        return out
+    def _born_since(self, boot: float) -> list[psutil.Process]:
+        """pytest's descendants born at or after `boot` (seconds since boot), the watcher
+        and its own children left out."""
+        pids = [
+            p
+            for p in descendants(self.pid, os.getpid())
+            if procstart.born_since(procstart.process_started(p), boot)
+        ]
+        return _procs(pids)
+
+
+def descendants(root: int, skip: int) -> list[int]:
+    """Every descendant of `root` but `skip` and its own descendants (one read of the
+    process table: a parent's map)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            fields = procstart.stat_fields(f"/proc/{name}/stat") if name.isdigit() else None
+            if fields and len(fields) > 1 and fields[1].isdigit():
+                children.setdefault(int(fields[1]), []).append(int(name))
+    out: list[int] = []
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child != skip and child != root and child not in out:
+                out.append(child)
+                stack.append(child)
+    return out
 
 
 def _procs(pids: list[int]) -> list[psutil.Process]:

@@ -1,4 +1,9 @@
+import os
 import threading
+
+# HANG_DAEMON=1: the deadlocked threads do not hold Python's exit (a session where
+# hang-watch is not the one that fails the test, and so does not end the process)
+DAEMON = os.environ.get("HANG_DAEMON") == "1"
 
 
 def test_pylocks_before():
@@ -21,7 +26,10 @@ def test_python_deadlock():
             with a:
                 pass
 
-    threads = [threading.Thread(target=a_then_b), threading.Thread(target=b_then_a)]
+    threads = [
+        threading.Thread(target=a_then_b, daemon=DAEMON),
+        threading.Thread(target=b_then_a, daemon=DAEMON),
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -1,0 +1,79 @@
+"""The plugin's view of its own process's threads: which are infrastructure, left out of
+the quiescence rule (pytest-timeout's Timer, threads not started through `threading`), and
+how the process ends when a hung test it interrupted left deadlocked threads behind."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Collection
+
+from harness.pytest_plugin import procstart
+
+
+def timer_threads() -> list[int]:
+    """pytest-timeout's thread method: its Timer thread waits with a timeout for the whole
+    test, so the tree would never be quiescent; it is the watchdog, not the test."""
+    return [
+        t.native_id
+        for t in threading.enumerate()
+        if isinstance(t, threading.Timer)
+        and getattr(t.function, "__module__", "") == "pytest_timeout"
+        and t.native_id is not None
+    ]
+
+
+def foreign_threads() -> list[int]:
+    """Threads of this process not started through `threading`: xdist's execnet receiver
+    (blocked reading the controller's pipe), faulthandler's watchdog (pytest's
+    `faulthandler_timeout` starts a new one for each test, waiting with a timeout).
+    Infrastructure, not the test's; listed again at each phase, since their tids change.
+    The watcher leaves one out of the rule only while it is blocked: one that runs may be
+    doing the test's work (and a new one runs for a moment before it waits)."""
+    known = {t.native_id for t in threading.enumerate()}
+    me = os.getpid()
+    return [tid for tid in procstart.threads(me) if tid not in known and tid != me]
+
+
+def started_since(since: float) -> set[int]:
+    """Native ids of this process's threads (the main one excepted) started at or after
+    `since` (a `procstart.now()`): the threads of a phase that hung."""
+    me = os.getpid()
+    return {tid for tid in procstart.threads_since(me, since) if tid != me}
+
+
+def end_if_threads_left(
+    left: Collection[int], exitstatus: int, grace_s: float, note: Callable[[str], None]
+) -> None:
+    """Threads a hung test started (`left`, native ids recorded when it was interrupted)
+    that are deadlocked would make Python's exit join them for ever (a non-daemon thread;
+    an executor's worker, joined at shutdown). Give them `grace_s`, then run the atexit
+    handlers (coverage data, logging), flush and end without the join, saying so. Any
+    other thread is not ours to judge: Python's exit waits for it as usual."""
+    if not left:
+        return
+    end = time.monotonic() + grace_s
+    stuck = [
+        t
+        for t in threading.enumerate()
+        if t.native_id in left and t is not threading.main_thread() and not t.daemon
+    ]
+    for t in stuck:
+        t.join(max(0.0, end - time.monotonic()))
+    alive = [t.name for t in stuck if t.is_alive()]
+    if not alive:
+        return
+    note(
+        f"hang-watch: {len(alive)} thread(s) of a hung test still running at the end "
+        f"({', '.join(alive[:5])}): pytest ends without waiting for them"
+    )
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(exitstatus)
