@@ -466,7 +466,8 @@ def test_kill_reaches_the_orphans_of_a_root_that_exited(
     kills what the watch saw in the tree, not only what the root still has."""
     target = spawn(["sh", "-c", "sleep 300 & echo started; sleep 2"])
     target.expect("started")
-    (orphan,) = psutil.Process(target.pid).children()
+    # the shell's children: `sleep 300` (to be orphaned) and, by now or soon, `sleep 2`
+    (orphan,) = [c for c in psutil.Process(target.pid).children() if "300" in c.cmdline()]
     try:
         res = attach(target.pid, tmp_path, "--duration", "20", "--kill")
         assert res.code == EXITED, res.stderr

@@ -27,8 +27,10 @@ def compile_c(name: str, out_dir: Path, cc: str = "gcc") -> Path:
     """Build tests/programs/NAME.c into out_dir/NAME unless an up-to-date binary is there.
 
     Safe for several processes at once (the test workers share out_dir): gcc writes a name
-    of this process's own, renamed into place when complete, so nobody runs half a binary;
-    two that build at once both succeed, and the last rename wins (same bytes)."""
+    of this process's own, linked into place when complete, so nobody runs half a binary;
+    two that build at once both succeed and the first placed stays: replacing it would
+    leave a program already started from it running a deleted file, whose frames a stack
+    tool can no longer name (a test saw `mutex_deadlock (deleted)` and no location)."""
     # an absolute source path makes DWARF record it absolutely, so a sampler's own_roots
     # (the programs directory) matches the frames' files
     src = PROGRAMS / f"{name}.c"
@@ -42,7 +44,11 @@ def compile_c(name: str, out_dir: Path, cc: str = "gcc") -> Path:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
             raise BuildError(f"{' '.join(argv)} failed:\n{done.stderr}")
-        os.replace(partial, out)
+        try:
+            os.link(partial, out)
+        except FileExistsError:  # another process placed it meanwhile; a stale one goes
+            if out.stat().st_mtime < src.stat().st_mtime:
+                os.replace(partial, out)
     finally:
         partial.unlink(missing_ok=True)
     return out
