@@ -466,8 +466,19 @@ def test_kill_reaches_the_orphans_of_a_root_that_exited(
     kills what the watch saw in the tree, not only what the root still has."""
     target = spawn(["sh", "-c", "sleep 300 & echo started; sleep 2"])
     target.expect("started")
-    # the shell's children: `sleep 300` (to be orphaned) and, by now or soon, `sleep 2`
-    (orphan,) = [c for c in psutil.Process(target.pid).children() if "300" in c.cmdline()]
+    # the shell's children: `sleep 300` (to be orphaned) and, by now or soon, `sleep 2`;
+    # a forked child shows the shell's argv until its exec
+
+    def sleepers() -> list[psutil.Process]:
+        found = []
+        for c in psutil.Process(target.pid).children():
+            with contextlib.suppress(psutil.Error):  # `sleep 2` may end meanwhile
+                if c.cmdline()[-1:] == ["300"]:
+                    found.append(c)
+        return found
+
+    until(lambda: len(sleepers()) == 1, "the background sleep's exec", 10)
+    (orphan,) = sleepers()
     try:
         res = attach(target.pid, tmp_path, "--duration", "20", "--kill")
         assert res.code == EXITED, res.stderr
