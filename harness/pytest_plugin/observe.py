@@ -9,18 +9,16 @@ differences a test session needs.
   its own test, not in the old one.
 - The pthread mutex wait-for graph is read in Python processes too: a ctypes call or a C
   extension that deadlocks on mutexes runs inside pytest, a Python process, which the
-  sampler's own lock reading passes over (`harness.sampling.sample._lock_cycles` reads
-  native processes only)."""
+  sampler's own lock reading passes over (`harness.sampling.sample.lock_cycles` reads
+  native processes unless asked for Python ones)."""
 
 from __future__ import annotations
 
 from harness.execute.attach import Observer
 from harness.execute.runner import SampleOptions
 from harness.pytest_plugin import procstart
-from harness.sampling import locks
-from harness.sampling.model import LockCycle, LockLink, SampleSet
-
-MAX_LOCK_PROCESSES = 8
+from harness.sampling.model import SampleSet
+from harness.sampling.sample import lock_cycles
 
 
 class PluginObserver(Observer):
@@ -50,25 +48,6 @@ class PluginObserver(Observer):
 def _python_lock_cycles(samples: SampleSet) -> None:
     """Mutex cycles of the Python processes of the last snapshot that wait on a futex (the
     sampler read those of native processes already)."""
-    if not samples.snapshots:
-        return
-    seen = {c.pid for c in samples.lock_cycles}
-    procs = [
-        p
-        for p in samples.snapshots[-1].processes
-        if p.is_python and p.pid not in seen and any(t.wchan.startswith("futex") for t in p.threads)
-    ]
-    for proc in procs[:MAX_LOCK_PROCESSES]:
-        graph = locks.lock_graph(proc.pid)
-        for cycle in graph.cycles:
-            links = [
-                LockLink(
-                    step.tid,
-                    step.name,
-                    "?" if step.mutex is None else hex(step.mutex),
-                    nxt.tid,
-                    nxt.name,
-                )
-                for step, nxt in zip(cycle, [*cycle[1:], cycle[0]], strict=True)
-            ]
-            samples.lock_cycles.append(LockCycle(proc.pid, links))
+    if samples.snapshots:
+        last = samples.snapshots[-1].processes
+        samples.lock_cycles += lock_cycles(last, samples, python=True)

@@ -80,7 +80,7 @@ def sample_tree(
     t_runtimes = time.monotonic()
     runtimes.label_stacks(result.stacks, result.notes, budget_s=max(1.0, stack_timeout / 2))
     result.timings["runtimes"] = round(time.monotonic() - t_runtimes, 4)
-    result.lock_cycles = _lock_cycles(last, result)
+    result.lock_cycles = lock_cycles(last, result)
     result.duration_s = time.monotonic() - t0
     result.timings["stacks"] = (
         result.duration_s - result.timings["snapshots"] - result.timings["runtimes"]
@@ -91,14 +91,18 @@ def sample_tree(
 MAX_LOCK_PROCESSES = 8  # the futex owners of this many processes are read, at most
 
 
-def _lock_cycles(processes: Sequence[ProcessSample], result: SampleSet) -> list[LockCycle]:
-    """The mutex wait-for cycles of the native processes that have a thread in a futex
-    wait, read while they are still alive (the owners are in their memory)."""
+def lock_cycles(
+    processes: Sequence[ProcessSample], result: SampleSet, *, python: bool = False
+) -> list[LockCycle]:
+    """The mutex wait-for cycles of the native processes (with `python`, the Python ones:
+    a ctypes call or C extension deadlocked on mutexes, as the pytest plugin reads them)
+    that have a thread in a futex wait, read while they are still alive (the owners are in
+    their memory); the lock reader's notes go to `result`."""
     cycles: list[LockCycle] = []
     waiting = [
         p
         for p in processes
-        if not p.is_python and any(t.wchan.startswith("futex") for t in p.threads)
+        if p.is_python == python and any(t.wchan.startswith("futex") for t in p.threads)
     ]
     for proc in waiting[:MAX_LOCK_PROCESSES]:
         graph = locks.lock_graph(proc.pid)
