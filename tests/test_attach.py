@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from harness.outcome import HANG, OUTCOMES, TIMEOUT_PROGRESSING, USAGE, Kind
+from harness.process import proctree
 from tests import facts
 from tests.conftest import Spawned
 from tests.harness_cli import HarnessResult, only_report_dir
@@ -484,17 +485,10 @@ def test_kill_reaches_the_orphans_of_a_root_that_exited(
         assert res.code == EXITED, res.stderr
         report = check_attach_report(res, target.pid)
         assert orphan.pid in report["cleanup"]["killed"], report["cleanup"]
-        until(lambda: not _alive(orphan), "the orphan's death", 10)
+        until(lambda: not proctree.living(orphan), "the orphan's death", 10)
     finally:
         with contextlib.suppress(psutil.Error):
             orphan.kill()
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 # ------------------------------------------------- real-world hangs nobody here wrote

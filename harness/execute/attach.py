@@ -265,12 +265,5 @@ def kill_tree(pid: int, seen: Collection[psutil.Process] = ()) -> proctree.KillR
     alive = procs
     while alive and time.monotonic() < deadline:
         time.sleep(POLL_S / 2)
-        alive = [p for p in alive if _alive(p)]
+        alive = [p for p in alive if proctree.living(p)]
     return proctree.KillReport(killed=killed, reaped=[], leftover=[p.pid for p in alive])
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False

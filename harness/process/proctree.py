@@ -55,7 +55,8 @@ class KillReport:
     reaped: list[int] = field(default_factory=list)
 
 
-def _alive(proc: psutil.Process) -> bool:
+def living(proc: psutil.Process) -> bool:
+    """Running, and not a zombie waiting for its parent to reap it."""
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -106,7 +107,7 @@ def kill_tree(
         report.reaped += _reap(known)
         psutil.wait_procs(alive, timeout=0.5)
         report.reaped += _reap(known)
-        remaining = [p for p in session_members(sid) if _alive(p)]
+        remaining = [p for p in session_members(sid) if living(p)]
         if not remaining or time.monotonic() > deadline:
             report.reaped += _reap_late_orphans(known)
             report.leftover = [p.pid for p in remaining]
