@@ -59,20 +59,40 @@ def ended(proc: subprocess.Popen[bytes], timeout: float = 60) -> tuple[int, str]
     return proc.returncode, err.decode(errors="replace")
 
 
+def cpython_frames_only(stderr: str) -> bool:
+    """A traceback whose every frame is CPython's own (<frozen …>, the standard library, the
+    venv's .pth code), none of a file of the harness."""
+    frames = re.findall(r'^\s*File "([^"]+)"', stderr, re.M)
+    ours = str(ROOT / "harness") + os.sep
+    return bool(frames) and not any(f.startswith(ours) for f in frames)
+
+
 def before_the_harness(code: int, stderr: str) -> bool:
     """The signal came while CPython itself was starting, before the harness's first line
     ran (no handler of ours can exist yet): death by SIGINT (the default action; a shell
-    reports 130 all the same), or CPython's own fatal error while importing `site` (the
-    venv's .pth files). Nothing of the harness ran, so nothing can have been written."""
-    if code == -signal.SIGINT:
-        return stderr == ""
-    cpython = stderr.startswith("Fatal Python error: init_import_site")
+    reports 130 all the same), or CPython's own fatal error while making sys.stderr or
+    importing `site` (the venv's .pth files). Nothing of the harness ran, so nothing can
+    have been written."""
+    if code == -signal.SIGINT and stderr == "":
+        return True
+    cpython = re.match(r"Fatal Python error: init_(import_site|sys_streams)", stderr) is not None
     # or runpy still looking for the package `harness` (`python -m`): a KeyboardInterrupt
-    # whose every frame is CPython's own (<frozen …>), none of a file of ours
-    frames = re.findall(r'^\s*File "([^"]+)"', stderr, re.M)
-    runpy = stderr.rstrip().endswith("KeyboardInterrupt") and bool(frames)
-    runpy = runpy and all(f.startswith("<frozen ") for f in frames)
-    return code == 1 and (cpython or runpy) and "/harness/" not in stderr
+    # whose every frame is CPython's own; CPython then ends itself by SIGINT (exit -2), or
+    # exits 1 when runpy itself was being imported
+    runpy = stderr.rstrip().endswith("KeyboardInterrupt") and cpython_frames_only(stderr)
+    return (code == 1 and cpython) or (code in (1, -signal.SIGINT) and runpy)
+
+
+def dropped_by_cpython(stderr: str) -> bool:
+    """The signal came while CPython was starting, after it installed its own SIGINT
+    handler and before the harness's first line, and CPython dropped the KeyboardInterrupt
+    itself, saying so: raised in importlib's module-lock callback ("Exception ignored in:
+    <function _get_module_lock.<locals>.cb …>") or in a venv .pth line ("Error processing
+    line 1 of …pth … Remainder of file ignored"). Then it ran the harness, which never got
+    the signal: no handler of the harness can see or undo that (gdb-reproduced; the same
+    drop after the harness's own handlers are installed is re-delivered: harness.cli)."""
+    said = "Exception ignored in" in stderr or "Remainder of file ignored" in stderr
+    return said and "KeyboardInterrupt" in stderr and cpython_frames_only(stderr)
 
 
 def assert_interrupted(code: int, stderr: str, root: Path, when: str) -> dict[str, Any] | None:
@@ -80,6 +100,10 @@ def assert_interrupted(code: int, stderr: str, root: Path, when: str) -> dict[st
     (returned), else the harness said nothing was written."""
     if before_the_harness(code, stderr):
         assert only_report_dir(root) is None, when
+        return None
+    if dropped_by_cpython(stderr):  # the harness then ran as if never interrupted
+        folder = only_report_dir(root)
+        assert folder is not None, f"{when}: {stderr}"
         return None
     assert "Traceback" not in stderr, f"{when}: {stderr}"
     assert code == SIGINT_CODE, f"{when}: exit {code}: {stderr}"
@@ -104,9 +128,10 @@ def test_sigint_at_any_moment_exits_130_with_a_report_or_a_line(
         runs.append((delay, root, proc, time.monotonic()))
     for delay, _, proc, started in runs:
         time.sleep(max(0.0, started + delay - time.monotonic()))
-        # never before the exec: a signal that lands between fork and exec is taken by the
-        # C handler the child inherited from this pytest process, and lost (the harness
-        # then ran to its hang verdict, exit 2, as if never interrupted)
+        # after the exec (Popen returns only once the child has exec'd; this makes it
+        # plain). A harness that ran on to its hang verdict (exit 2) after this signal had
+        # it dropped by CPython as "unraisable" (dropped_by_cpython), or, once its own
+        # handlers were in, by the same drop, which harness.cli now re-delivers
         exec_done(proc.pid)
         proc.send_signal(signal.SIGINT)
     outcomes: list[int | str] = []

@@ -8,6 +8,8 @@ import argparse
 import contextlib
 import signal
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -56,6 +58,8 @@ exit codes:
   {outcome.INTERNAL_ERROR:<5} internal error of the harness (traceback under --report-dir)"""
 )
 
+REDELIVER_WAIT_S = 5.0  # for the hook that saw an Interrupted dropped to return
+
 # every command module: add_parser(sub) and command(args) -> exit code
 _MODULES = (
     run,
@@ -96,25 +100,87 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _install_signal_handlers() -> None:
+def _install_signal_handlers() -> Callable[[], None]:
     """First SIGINT/SIGTERM/SIGHUP raises Interrupted in the main thread (the runner then
     kills the trainer's tree and the partial report is written); later ones are ignored
-    so that cleanup is not cut short."""
+    so that cleanup is not cut short. Returns the undo of the hook below (for main's end).
+
+    A handler's exception is raised at whatever bytecode runs next, and CPython drops some
+    of those: raised in importlib's module-lock callback (run at the end of every import,
+    and the harness imports lazily while it runs), a `__del__` or a weakref callback, it is
+    "unraisable": printed as "Exception ignored in ..." and the program goes on, as if never
+    interrupted (it ran on to its verdict: exit 2). Such a lost Interrupted goes through
+    sys.unraisablehook: it is raised again, at the next bytecode outside that callback."""
     fired: list[int] = []
+    lost: list[int] = []
 
     def handler(signum: int, _frame: FrameType | None) -> None:
+        if lost:  # the first signal again: its Interrupted was dropped by CPython
+            raise Interrupted(lost.pop())
         if fired:
             return
         fired.append(signum)
         raise Interrupted(signum)
 
+    previous = sys.unraisablehook
+    main_thread = threading.get_ident()
+
+    def unraisable(info: sys.UnraisableHookArgs) -> None:
+        exc = info.exc_value
+        if not (isinstance(exc, Interrupted) and fired):
+            previous(info)
+            return
+        if lost:  # its second delivery is on its way already
+            return
+        lost.append(exc.signum)
+        left = [False]
+        threading.Thread(
+            target=_deliver_again,
+            args=(main_thread, exc.signum, left),
+            name="harness-interrupt-again",
+            daemon=True,
+        ).start()
+        # last, and no call: a signal that arrived while this hook runs would be raised in
+        # it at the next call, and dropped again ("Exception ignored in sys.unraisablehook")
+        left[0] = True
+
     for sig in EARLY_SIGNALS:
         signal.signal(sig, handler)
+    sys.unraisablehook = unraisable
     # A write past RLIMIT_FSIZE (a file size limit: a full disk's stand-in, or a CI quota)
     # sends SIGXFSZ, whose default action kills the process: ignored, the write fails with
     # EFBIG instead and is a note in the report, like ENOSPC (report.store.finish). CPython
     # already ignores it at start-up; said here so that no other entry point depends on it.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    def undo() -> None:
+        if sys.unraisablehook is unraisable:
+            sys.unraisablehook = previous
+
+    return undo
+
+
+def _deliver_again(main_thread: int, signum: int, left: list[bool]) -> None:
+    """The signal again, to the main thread, once the hook that saw its Interrupted dropped
+    has returned (bounded: a hook runs microseconds)."""
+    deadline = time.monotonic() + REDELIVER_WAIT_S
+    while not left[0] and time.monotonic() < deadline:
+        time.sleep(0.001)
+    with contextlib.suppress(OSError, ValueError):
+        signal.pthread_kill(main_thread, signum)
+
+
+def _interruption_in(exc: BaseException) -> Interrupted | None:
+    """The Interrupted that `exc` was made from, if any: CPython wraps an exception raised
+    in a descriptor's `__set_name__` (a class being created: an import) in a RuntimeError."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, Interrupted):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def _raised_by(exc: Interrupted, module: str, name: str) -> bool:
@@ -168,7 +234,14 @@ def _internal_error(exc: Exception, report_dir: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    _install_signal_handlers()  # first: a signal from here on ends in exit 128+N, no traceback
+    undo = _install_signal_handlers()  # first: a signal from here on ends in 128+N, no traceback
+    try:
+        return _main(argv)
+    finally:
+        undo()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)
@@ -183,5 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `harness ... | head`: the reader left; nothing to report
         return outcome.BROKEN_PIPE
     except Exception as exc:
+        interrupted = _interruption_in(exc)
+        if interrupted is not None:  # wrapped by CPython on its way here: still Ctrl-C
+            return _interrupted(interrupted)
         report_dir = getattr(args, "report_dir", None) or Path("reports")
         return _internal_error(exc, report_dir)
