@@ -43,3 +43,11 @@ def read_text(path: str | Path) -> str | None:
             return f.read()
     except OSError:
         return None
+
+
+def cache_home() -> Path:
+    """The harness's cache root, not created: $HARNESS_CACHE_DIR (empty means unset), else
+    ~/.cache/puffer-harness. One rule for every cache (builds, runtime identities); raises
+    RuntimeError when there is no home to put it in."""
+    base = os.environ.get("HARNESS_CACHE_DIR")
+    return Path(base) if base else Path.home() / ".cache" / "puffer-harness"

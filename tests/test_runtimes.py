@@ -27,8 +27,16 @@ from harness.analysis.detectors.views import OPENMP_MODULES, uses
 from harness.config.signatures import load_signatures, pattern_from_table
 from harness.errors import HarnessError
 from harness.sampling import runtimes
+from harness.sampling.identity_cache import Store
 from harness.sampling.model import Frame, SampleSet, ThreadStack
-from harness.sampling.runtimes import OPENMP_RUNTIMES, identify, identify_process, label_stacks
+from harness.sampling.runtimes import (
+    OPENMP_RUNTIMES,
+    PROBES,
+    READ_BUDGET,
+    identify,
+    identify_process,
+    label_stacks,
+)
 from harness.sampling.sample import sample_tree
 from harness.vocab import StackToolName
 from tests import facts
@@ -84,6 +92,18 @@ int main(void) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 """
+
+
+@pytest.fixture(scope="module", autouse=True)
+def own_identity_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The module's own cache root (the on-disk identity cache, runtimes._store, and that of
+    the `harness` processes it starts), started empty: the user's cache is not touched."""
+    root = tmp_path_factory.mktemp("identity-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HARNESS_CACHE_DIR", str(root))
+        mp.setattr(runtimes, "_cache", {})
+        mp.setattr(runtimes, "_store", None)
+        yield root
 
 
 def _run(*argv: str) -> None:
@@ -315,7 +335,7 @@ def test_wheels_vendored_runtimes() -> None:
 
 
 @pytest.mark.slow
-def test_identifies_a_torch_process() -> None:
+def test_identifies_a_torch_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every file a torch process maps (its libgomp, libtorch_cpu, glibc, libstdc++),
     cold, within a few seconds on a loaded two-core host."""
     facts.require_module("torch", "the process to identify imports torch")
@@ -325,7 +345,9 @@ def test_identifies_a_torch_process() -> None:
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"ok\n"
-        runtimes._cache.clear()
+        # cold, as a first harness process: nothing in memory, an empty cache on disk
+        monkeypatch.setattr(runtimes, "_cache", {})
+        monkeypatch.setattr(runtimes, "_store", Store(tmp_path / "c.json", PROBES, READ_BUDGET))
         t0 = time.monotonic()
         found = identify_process(proc.pid)
         took = time.monotonic() - t0

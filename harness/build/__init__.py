@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
+from harness import files
 from harness.build.entry import (
     IGNORED_NAMES,
     MARKER,
@@ -74,8 +75,7 @@ GENERIC_HINTS: tuple[tuple[str, str], ...] = (
 
 
 def cache_root() -> Path:
-    base = os.environ.get("HARNESS_CACHE_DIR")
-    root = Path(base) if base else Path.home() / ".cache" / "puffer-harness"
+    root = files.cache_home()
     root.mkdir(parents=True, exist_ok=True)
     return root
 

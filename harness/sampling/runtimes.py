@@ -9,8 +9,10 @@ hash table with pyelftools: a handful of lookups, whatever the size of the symbo
 
 Reads are bounded: at most `READ_BUDGET` bytes per file, and only files a process maps,
 opened through /proc/PID/map_files (else its root) and checked to be the mapped inode, so a
-path replaced since it was mapped is not read. Results are cached by (path, device, inode,
-mtime, size) for the life of the harness process.
+path replaced since it was mapped is not read. What a file was found to be is cached by
+(path, device, inode, size, mtime, ctime) for the life of the harness process, and without
+the path across processes (`identity_cache`: a second harness process that meets the
+same libgomp does not open it with pyelftools, nor import pyelftools).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from harness.sampling.identity_cache import Facts, Store, default_path, key_of
 from harness.sampling.model import ThreadStack
 
 # canonical runtime names, as Frame.runtime and a signature's `runtimes` spell them
@@ -163,8 +166,16 @@ class _Bounded(io.RawIOBase):
         return len(data)
 
 
-def _read_identity(fd: int, size: int) -> Identity | None:
-    """The identity of the ELF file open at fd; None when it is not one or is unreadable."""
+def _read_facts(fd: int, size: int) -> tuple[Facts | None, bool]:
+    """(facts, settled) of the file open at fd: facts None when it is not ELF or cannot be
+    read; settled False when that came of an I/O error, which may not recur (not remembered
+    on disk, then)."""
+    try:
+        magic = os.pread(fd, 4, 0)
+    except OSError:
+        return None, False
+    if magic != b"\x7fELF":  # locale-archive, a .pyc: no pyelftools import for them
+        return None, True
     # pyelftools is imported where a file is read: 0.1 s off every start of the harness
     from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
@@ -190,26 +201,43 @@ def _read_identity(fd: int, size: int) -> Identity | None:
                 if symbol is not None and symbol["st_shndx"] != "SHN_UNDEF":
                     exports.append(name)
                     break
+    except OSError:
+        return None, False
     # pyelftools over bytes nobody vetted (a truncated copy, garbage with an ELF magic) fails
-    # in many ways (ELFError, construct, struct, KeyError …): any of them means "unreadable"
+    # in many ways (ELFError, construct, struct, KeyError …): any of them means "unreadable",
+    # and will again: the bytes are the same for the same (device, inode, size, times)
     except Exception:
-        return None
-    return classify(soname, exports)
+        return None, True
+    return Facts(soname, tuple(exports)), True
 
 
-_cache: dict[tuple[str, int, int, int, int], Identity | None] = {}
+_cache: dict[tuple[str, int, int, int, int, int], Identity | None] = {}
+_store: Store | None = None
+
+
+def _disk() -> Store:
+    """The on-disk cache of this process, made on first use (its file read on first get)."""
+    global _store
+    if _store is None:
+        _store = Store(default_path(), PROBES, READ_BUDGET)
+    return _store
 
 
 def _identify_fd(fd: int, path: str) -> Identity | None:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         return None
-    key = (path, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-    if key not in _cache:
+    key = key_of(st)  # of the descriptor read: a file replaced since is another key
+    if (path, *key) not in _cache:
         if len(_cache) >= CACHE_SIZE:
             _cache.clear()
-        _cache[key] = _read_identity(fd, st.st_size)
-    return _cache[key]
+        known, facts = _disk().get(key)
+        if not known:
+            facts, settled = _read_facts(fd, st.st_size)
+            if settled:
+                _disk().put(key, facts)
+        _cache[(path, *key)] = None if facts is None else classify(facts.soname, facts.exports)
+    return _cache[(path, *key)]
 
 
 def identify(path: str) -> Identity | None:
@@ -223,6 +251,7 @@ def identify(path: str) -> Identity | None:
         return _identify_fd(fd, path)
     finally:
         os.close(fd)
+        _disk().flush()
 
 
 @dataclass(frozen=True)
@@ -284,6 +313,13 @@ def identify_mapped(pid: int, m: Mapped) -> Identity | None:
     mapped; it needs CAP_SYS_ADMIN), else through the process's root, else by path, and
     read only when it is the inode mapped. Not the device: overlayfs shows the
     underlying file's device in maps and its own to stat."""
+    try:
+        return _identify_mapped(pid, m)
+    finally:
+        _disk().flush()
+
+
+def _identify_mapped(pid: int, m: Mapped) -> Identity | None:
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
     candidates = (
         (f"/proc/{pid}/map_files/{m.span}", flags),  # a magic link: must be followed
@@ -305,7 +341,10 @@ def identify_mapped(pid: int, m: Mapped) -> Identity | None:
 
 def identify_process(pid: int) -> dict[str, Identity | None]:
     """The identity of every file the process maps (None: unreadable or not ELF)."""
-    return {path: identify_mapped(pid, m) for path, m in mapped_files(pid).items()}
+    try:
+        return {path: _identify_mapped(pid, m) for path, m in mapped_files(pid).items()}
+    finally:
+        _disk().flush()  # once for all the files: one write of the cache file
 
 
 def _resolve(
@@ -325,6 +364,13 @@ def _resolve(
 def label_stacks(stacks: Iterable[ThreadStack], notes: list[str], budget_s: float = 5.0) -> None:
     """Set `runtime` on every frame whose module is a file its process maps and that was
     identified. Call while the processes are alive (their maps are read)."""
+    try:
+        _label(stacks, notes, budget_s)
+    finally:
+        _disk().flush()
+
+
+def _label(stacks: Iterable[ThreadStack], notes: list[str], budget_s: float) -> None:
     deadline = time.monotonic() + budget_s
     by_pid: dict[int, list[ThreadStack]] = defaultdict(list)
     for st in stacks:
@@ -345,7 +391,7 @@ def label_stacks(stacks: Iterable[ThreadStack], notes: list[str], budget_s: floa
                     notes.append(f"runtimes: stopped after {len(seen)} modules (bound reached)")
                     return
                 found = _resolve(module, maps, by_base)
-                seen[pid, module] = None if found is None else identify_mapped(pid, found)
+                seen[pid, module] = None if found is None else _identify_mapped(pid, found)
             identity = seen[pid, module]
             if identity is not None:
                 frame.runtime = identity.runtime
