@@ -16,7 +16,25 @@ from typing import Any
 
 import psutil
 
+from harness.pipeline.children import ZYGOTE_ENTRY, ZYGOTE_PRELOAD
+from harness.process.zygote import Zygote
+
 ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = str(ROOT / "harness" / "__main__.py")  # sys.argv[0] of `python -m harness`
+
+# One zygote per test process (harness/process/zygote.py), started by the first `harness()`
+# in the test thread (the main thread: the zygote dies with it): each run is forked from it,
+# the real CLI in a real process of its own session, without a new interpreter's start-up
+# and imports (half a CPU-second, times the suite's hundreds of runs). The interpreter's own
+# start-up is tested where it matters by tests that exec `python -m harness` themselves
+# (tests/test_interrupt.py, Ctrl-C while Python starts); HARNESS_NO_ZYGOTE=1 execs every run.
+_zygote: list[Zygote | None] = []
+
+
+def zygote() -> Zygote | None:
+    if not _zygote:
+        _zygote.append(Zygote.start(ZYGOTE_ENTRY, ZYGOTE_PRELOAD, ["harness"]))
+    return _zygote[0]
 
 
 @dataclass
@@ -120,7 +138,20 @@ def harness(
     if args and args[0] in ("run", "watch", "compare", "bisect") and "--report-dir" not in args:
         argv[4:4] = ["--report-dir", str(report_root)]
     start = time.monotonic()
-    proc = subprocess.Popen(
+    z = zygote()
+    forked = (
+        z.spawn(
+            [PROGRAM, *argv[3:]],
+            full_env,
+            str(ROOT),
+            subprocess.DEVNULL,
+            subprocess.PIPE,
+            subprocess.PIPE,
+        )
+        if z is not None
+        else None
+    )
+    proc: Any = forked or subprocess.Popen(
         argv,
         cwd=ROOT,
         env=full_env,

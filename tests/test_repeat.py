@@ -5,6 +5,7 @@ its hangs under one signature, and nothing left behind, interrupted or not."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
+from harness.process import proctree
 from harness.stats import wilson
 from tests.harness_cli import ROOT, harness
 
@@ -31,12 +33,29 @@ def aggregate_of(root: Path) -> tuple[Path, dict[str, Any]]:
     return folder, data
 
 
+def _watched(p: psutil.Process) -> bool:
+    """Some ancestor of `p` is a live harness (its run's, or the zygote of a test running
+    in another worker at the same time: those programs are not this test's leftovers)."""
+    with contextlib.suppress(psutil.Error):
+        return any("harness" in " ".join(a.cmdline()) for a in p.parents())
+    return False
+
+
 def left_running(name: str) -> list[psutil.Process]:
+    """Processes named `name` that outlived every harness above them."""
     found = []
     for p in psutil.process_iter(["name", "status"]):
-        if p.info["name"] == name[:15] and p.info["status"] != psutil.STATUS_ZOMBIE:
+        named = p.info["name"] == name[:15] and p.info["status"] != psutil.STATUS_ZOMBIE
+        if named and not _watched(p):
             found.append(p)
     return found
+
+
+def trainers_of(pid: int, name: str) -> list[psutil.Process]:
+    with contextlib.suppress(psutil.Error):
+        kids = psutil.Process(pid).children(recursive=True)
+        return [p for p in kids if p.name() == name[:15] and proctree.living(p)]
+    return []
 
 
 def test_three_runs_of_a_deadlock(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
@@ -135,7 +154,7 @@ def two_runs_hanging(exe: Path, report_dir: Path) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
-        while len(left_running(exe.name)) < 2:
+        while len(trainers_of(proc.pid, exe.name)) < 2:
             assert time.monotonic() < deadline and proc.poll() is None, "runs never started"
             time.sleep(0.2)
     except BaseException:
@@ -173,17 +192,20 @@ def test_an_interrupt_stops_every_run(tmp_path: Path, c_program: Callable[[str],
 def test_a_sigkilled_harness_leaves_no_run_behind(
     tmp_path: Path, c_program: Callable[[str], Path]
 ) -> None:
-    """SIGKILL of the harness (an OOM kill, a CI step timeout): each child harness dies with
-    it (PR_SET_PDEATHSIG through the reaper's exec wrapper), and each child's own reaper
-    kills its trainer."""
+    """SIGKILL of the harness (an OOM kill, a CI step timeout): the zygote that forked the
+    child harnesses dies with it (PR_SET_PDEATHSIG), each child harness with the zygote (its
+    own PR_SET_PDEATHSIG), and each child's own reaper kills its trainer: nothing of the
+    tree is left."""
     exe = c_program("mutex_deadlock")
     proc = two_runs_hanging(exe, tmp_path)
     try:
-        children = [p for p in psutil.Process(proc.pid).children() if p.is_running()]
-        assert len(children) == 2, children
+        tree = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.is_running()]
+        trainers = [p for p in tree if p.name() == exe.name[:15]]
+        # the zygote, two child harnesses and their reapers, two trainers
+        assert len(trainers) == 2 and len(tree) >= 7, tree
         proc.kill()
         proc.wait(timeout=10)
-        _, alive = psutil.wait_procs(children, timeout=10)
+        _, alive = psutil.wait_procs(tree, timeout=10)
         assert not alive, alive
         deadline = time.monotonic() + 10
         while left_running(exe.name) and time.monotonic() < deadline:

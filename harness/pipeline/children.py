@@ -17,11 +17,24 @@ from pathlib import Path
 
 from harness.outcome import Kind
 from harness.process import proctree, reaper
+from harness.process.zygote import Zygote, ZygoteChild
 from harness.report.runs import RunRow, load_row
 
 MARGIN_S = 120.0  # startup, sampling and report writing on top of a run's wall limit
 CHILD_ENV_DROP = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")
 STOP_GRACE_S = 10.0  # a stopped child harness writes its partial report in this time
+# what a child `harness run`/`watch` imports, once, in the zygote (harness/process/zygote.py);
+# the ELF reader is imported lazily by the sampler, so it is named here too
+ZYGOTE_ENTRY = "harness.cli:main"
+ZYGOTE_PRELOAD = (
+    "harness.cli",
+    "harness.pipeline.run",
+    "elftools.elf.elffile",
+    "elftools.elf.dynamic",
+    "elftools.elf.hash",
+)
+HARNESS_HEAD = 3  # [python, "-m", "harness"]: what the zygote's child does not exec
+Child = subprocess.Popen[bytes] | ZygoteChild
 
 
 class ChildRuns:
@@ -33,12 +46,43 @@ class ChildRuns:
     so the child harness kills its trainer and writes its partial report, then the whole
     session is killed and reaped (proctree.kill_tree). Every path ends in `stop` or in a
     normal exit of the child: its limit (`stop`), an exception in the waiting thread
-    (`stop`, then re-raised), the parent interrupted (`stop_all`, and nothing new starts)."""
+    (`stop`, then re-raised), the parent interrupted (`stop_all`, and nothing new starts).
+
+    Used as a context manager, the children are forked by a zygote that has imported the
+    harness once (harness/process/zygote.py), started by the thread that enters: it saves
+    each run the interpreter's start-up and imports (half a CPU-second). Without it (or with
+    HARNESS_NO_ZYGOTE=1, or when the zygote cannot start) each child is exec'd."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.live: set[subprocess.Popen[bytes]] = set()
+        self.live: set[Child] = set()
         self.stopping = False
+        self.zygote: Zygote | None = None
+
+    def __enter__(self) -> ChildRuns:
+        self.zygote = Zygote.start(ZYGOTE_ENTRY, ZYGOTE_PRELOAD, ["harness"])
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop_all()
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
+
+    def _fork(self, argv: list[str], env: dict[str, str]) -> ZygoteChild | None:
+        """The child from the zygote: argv without the interpreter, as `python -m harness`
+        shows it (sys.argv[0] is the package's __main__.py)."""
+        if self.zygote is None or argv[1:HARNESS_HEAD] != ["-m", "harness"]:
+            return None
+        program = str(Path(__file__).resolve().parent.parent / "__main__.py")
+        return self.zygote.spawn(
+            [program, *argv[HARNESS_HEAD:]],
+            env,
+            os.getcwd(),
+            subprocess.DEVNULL,
+            subprocess.DEVNULL,  # the child's report folder says what it found
+            subprocess.PIPE,
+        )
 
     def run(self, argv: list[str], timeout: float) -> tuple[int | None, str, bool]:
         """(exit code, stderr, timed out); the code is None when the child was stopped.
@@ -46,7 +90,19 @@ class ChildRuns:
         The child starts through the reaper's exec wrapper (PR_SET_PDEATHSIG): if this
         harness dies, even by SIGKILL, the kernel kills the child harness, whose own reaper
         then kills its trainer's tree. The wrapper is tied to the thread that starts it,
-        which is the thread that waits for the child here."""
+        which is the thread that waits for the child here. Forked by the zygote instead
+        when there is one (the same session, limit and stopping; its PR_SET_PDEATHSIG is
+        toward the zygote, which has its own toward this harness)."""
+        # a child's own summary and annotations would repeat the parent's table
+        env = {k: v for k, v in os.environ.items() if k not in CHILD_ENV_DROP}
+        with self.lock:
+            if self.stopping:  # the parent is being stopped: start nothing new
+                return None, "the runs were stopped", False
+            forked = self._fork(argv, env)
+            if forked is not None:
+                self.live.add(forked)
+        if forked is not None:
+            return self._wait(forked, timeout)
         status_r, status_w = os.pipe()
         try:
             with self.lock:
@@ -59,8 +115,7 @@ class ChildRuns:
                     stderr=subprocess.PIPE,
                     start_new_session=True,
                     pass_fds=(status_w,),
-                    # a child's own summary and annotations would repeat the parent's table
-                    env={k: v for k, v in os.environ.items() if k not in CHILD_ENV_DROP},
+                    env=env,
                 )
                 self.live.add(proc)
         except BaseException:
@@ -68,15 +123,26 @@ class ChildRuns:
             raise
         finally:
             os.close(status_w)
-        timed_out = False
         try:
             try:
                 failed = reaper.exec_failure(status_r)
             finally:
                 os.close(status_r)
-            if failed is not None:  # the harness's own Python could not start
-                proc.wait()
-                return None, f"cannot start the run's harness: {os.strerror(failed[0])}", False
+        except BaseException:
+            self.stop(proc)
+            with self.lock:
+                self.live.discard(proc)
+            raise
+        if failed is not None:  # the harness's own Python could not start
+            proc.wait()
+            with self.lock:
+                self.live.discard(proc)
+            return None, f"cannot start the run's harness: {os.strerror(failed[0])}", False
+        return self._wait(proc, timeout)
+
+    def _wait(self, proc: Child, timeout: float) -> tuple[int | None, str, bool]:
+        timed_out = False
+        try:
             _, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
@@ -92,11 +158,11 @@ class ChildRuns:
         return code, (err or b"").decode("utf-8", "replace"), timed_out
 
     @staticmethod
-    def stop(proc: subprocess.Popen[bytes]) -> None:
+    def stop(proc: Child) -> None:
         ChildRuns.stop_many([proc])
 
     @staticmethod
-    def stop_many(procs: list[subprocess.Popen[bytes]]) -> None:
+    def stop_many(procs: list[Child]) -> None:
         """SIGTERM to every child's session at once (each kills its trainer and writes its
         partial report), one shared grace period, then each whole session killed and reaped:
         stopping eight children takes one grace period, not eight."""

@@ -130,23 +130,23 @@ def _rounds(
     runnable = [i for i, s in enumerate(specs) if not builds.get(s, "").startswith(FAILED)]
     done = progress_done(opts.progress)
     rows: dict[int, list[RunRow]] = {}
-    runner = ChildRuns()
-    try:
-        first = {i: plan.first_round for i in runnable}
-        run_rounds(targets, first, rows, plan, runner, limit_s, done)
-        while plan.auto:
-            table = _table(specs, targets, rows, builds)
-            judged = judge_compare(table)
-            have = min((len(rows.get(i, [])) for i in runnable), default=plan.runs)
-            want = next_round(judged, have, plan.runs)
-            if want is None or _stopped(table):
-                break
-            # a baseline that has not failed yet: only it runs more (the fixes wait for it)
-            who = runnable[:1] if judged.decision is Decision.NOT_REPRODUCED else runnable
-            more = {i: want - len(rows.get(i, [])) for i in who}
-            run_rounds(targets, more, rows, plan, runner, limit_s, done)
-    except Interrupted as exc:
-        raise RunsInterrupted(exc.signum, _table(specs, targets, rows, builds), out) from None
+    with ChildRuns() as runner:
+        try:
+            first = {i: plan.first_round for i in runnable}
+            run_rounds(targets, first, rows, plan, runner, limit_s, done)
+            while plan.auto:
+                table = _table(specs, targets, rows, builds)
+                judged = judge_compare(table)
+                have = min((len(rows.get(i, [])) for i in runnable), default=plan.runs)
+                want = next_round(judged, have, plan.runs)
+                if want is None or _stopped(table):
+                    break
+                # a baseline that has not failed yet: only it runs more (the fixes wait for it)
+                who = runnable[:1] if judged.decision is Decision.NOT_REPRODUCED else runnable
+                more = {i: want - len(rows.get(i, [])) for i in who}
+                run_rounds(targets, more, rows, plan, runner, limit_s, done)
+        except Interrupted as exc:
+            raise RunsInterrupted(exc.signum, _table(specs, targets, rows, builds), out) from None
     return _table(specs, targets, rows, builds)
 
 

@@ -327,7 +327,8 @@ def _one_target(
     rows: dict[int, list[RunRow]] = {}
     try:
         done = progress_done(progress, plan.runs)
-        run_rounds([target], {0: plan.runs}, rows, plan, ChildRuns(), limit_s, done)
+        with ChildRuns() as runner:
+            run_rounds([target], {0: plan.runs}, rows, plan, runner, limit_s, done)
     except Interrupted as exc:
         raise RunsInterrupted(exc.signum, rows.get(0, []), target.folder) from None
     return rows.get(0, [])

@@ -234,7 +234,8 @@ def _run_cells(
     rows: dict[int, list[RunRow]] = {}
     more = {i: plan.runs for i in range(len(targets))}
     try:
-        run_rounds(targets, more, rows, plan, ChildRuns(), limit_s, done)
+        with ChildRuns() as runner:
+            run_rounds(targets, more, rows, plan, runner, limit_s, done)
     except Interrupted as exc:
         by_target = combined(targets, rows)  # the cells with a finished run, in cell order
         finished = [by_target[n] for n in sorted(by_target)]

@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import psutil
 
@@ -73,8 +74,17 @@ def _reap(pids: Iterable[int]) -> list[int]:
     return reaped
 
 
+class Waitable(Protocol):
+    """What kill_tree waits for: a `subprocess.Popen`, or a child forked by the zygote."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int | None: ...
+
+
 def kill_tree(
-    proc: subprocess.Popen[bytes] | None,
+    proc: Waitable | None,
     sid: int,
     extra: Iterable[psutil.Process] = (),
     grace_s: float = 5.0,

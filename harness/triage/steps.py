@@ -118,23 +118,27 @@ def _repeat(ctx: Context, step: Step, host: str | None) -> tuple[list[RunRow], P
     rows: dict[int, list[RunRow]] = {}
     first = min(budget.FIRST_ROUND, ctx.opts.repeat_cap)
     done = progress_done(ctx.progress)
-    runner = ChildRuns()
-    try:
-        run_rounds([target], {0: first}, rows, plan, runner, run_limit(run, settings), done)
-        if _mixed(rows[0]):  # a sometimes-failure: to the cap, as far as the budget allows
-            ctx.costs.run_s = _mean_run_s(rows[0], ctx.costs.run_s)
-            # at most half of what is left: the steps after it need time too
-            cap = budget.cap_for(ctx.costs, 1, ctx.left() / 2, ctx.opts.repeat_cap)
-            more = cap - len(rows[0])
-            if more > 0:
-                run_rounds([target], {0: more}, rows, plan, runner, run_limit(run, settings), done)
-    finally:
-        step.runs_made += len(rows.get(0, []))
-        if rows.get(0):
-            title = f"harness triage {run.env}: reproduce {run.variant}" + (
-                f" --host {host}" if host else ""
-            )
-            write_matrix(repeat_matrix(title, run.env, rows[0], out), out, also_report_html=True)
+    with ChildRuns() as runner:
+        try:
+            run_rounds([target], {0: first}, rows, plan, runner, run_limit(run, settings), done)
+            if _mixed(rows[0]):  # a sometimes-failure: to the cap, as far as the budget allows
+                ctx.costs.run_s = _mean_run_s(rows[0], ctx.costs.run_s)
+                # at most half of what is left: the steps after it need time too
+                cap = budget.cap_for(ctx.costs, 1, ctx.left() / 2, ctx.opts.repeat_cap)
+                more = cap - len(rows[0])
+                if more > 0:
+                    run_rounds(
+                        [target], {0: more}, rows, plan, runner, run_limit(run, settings), done
+                    )
+        finally:
+            step.runs_made += len(rows.get(0, []))
+            if rows.get(0):
+                title = f"harness triage {run.env}: reproduce {run.variant}" + (
+                    f" --host {host}" if host else ""
+                )
+                write_matrix(
+                    repeat_matrix(title, run.env, rows[0], out), out, also_report_html=True
+                )
     ctx.costs.run_s = _mean_run_s(rows[0], ctx.costs.run_s)
     if not builds[run.variant].startswith("cache hit"):
         ctx.costs.build_s = max(ctx.costs.build_s, _build_s(builds[run.variant]))
