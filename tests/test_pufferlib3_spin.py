@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness_cli import harness, tree_is_gone
-from tests.pufferlib3 import MARKS, PIN, STALL, build
+from tests.pufferlib3 import MARKS, PIN, SMALL, STALL, build
 
 pytestmark = MARKS
 
@@ -19,13 +19,17 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 def test_stuck_final_evaluation_is_a_spin_located_by_py_spy(tmp_path: Path, built: None) -> None:
     # a real trigger: with frameskip 0 no episode ever ends, so the evaluation loop after
-    # training (it waits for episode stats) never exits; the trainer spins, silent
+    # training (it waits for episode stats) never exits; the trainer spins, silent, for the
+    # whole stall window (most of this test's CPU: it is short because a SMALL epoch is).
+    # Five epochs of training first, each a dashboard frame, so the silence comes after
+    # progress, as it does in a real run
     res = harness(
         "run",
         "breakout",
         *PIN,
+        *SMALL,
         "--steps",
-        "100000",
+        "20000",
         "--arg=--env.frameskip=0",
         "--stall",
         STALL,

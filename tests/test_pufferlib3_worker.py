@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tests.harness_cli import ROOT, tree_is_gone
-from tests.pufferlib3 import MARKS, PIN, STALL, build
+from tests.pufferlib3 import MARKS, PIN, SMALL, STALL, build
 
 pytestmark = MARKS
 
@@ -29,7 +29,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> None:
 def test_dead_worker_leaves_main_spinning_in_recv(tmp_path: Path, built: None) -> None:
     # a real trigger: with the Multiprocessing backend the main process busy-waits on its
     # forked workers' shared-memory flags and never checks that they are alive; SIGKILL one
-    # worker mid-run and the trainer spins forever in Multiprocessing.recv
+    # worker mid-run and the trainer spins forever in Multiprocessing.recv (for the whole
+    # stall window: most of this test's CPU, short because a SMALL epoch is)
     argv = [
         sys.executable,
         "-m",
@@ -37,8 +38,9 @@ def test_dead_worker_leaves_main_spinning_in_recv(tmp_path: Path, built: None) -
         "run",
         "breakout",
         *PIN,
+        *SMALL,
         "--steps",
-        "2000000",
+        "2000000",  # far more than it runs before the kill
         "--arg=--vec.backend=Multiprocessing",
         "--arg=--vec.num-workers=2",
         "--stall",
