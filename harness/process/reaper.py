@@ -7,8 +7,9 @@ anything that left its session were then re-parented to init and lived on, holdi
 
 So `run_watched` starts this small process BEFORE the trainer. It runs `serve`: it holds the
 read end of a pipe whose write end only the harness holds, is told the trainer's pid ("watch
-PID"), and scans /proc every `POLL_S` seconds (less often on a host with thousands of
-processes: a scan takes at most 5% of a core) to record, by pid AND start time (field 22 of
+PID"), and scans /proc every `POLL_S` seconds (backing off to `IDLE_POLL_S` while the tree
+does not grow; less often on a host with thousands of processes: a scan takes at most 5% of
+a core) to record, by pid AND start time (field 22 of
 /proc/PID/stat), every process that belongs to the trainer: the trainer, any process whose
 parent is recorded (so a grandchild that called setsid is known while its parent lives, and
 stays known after), and every member of a recorded session (so an orphan whose parent died
@@ -37,7 +38,8 @@ trainer execs a set-user-ID or file-capability binary.
 
 Limits (also in docs/architecture.md, "Nothing outlives the harness"):
 - a process that left the trainer's session, whose ancestors all died before any scan saw
-  it (within one poll interval, `POLL_S`) AND that dropped the cookie from its environment
+  it (within one poll interval: `POLL_S`, up to `IDLE_POLL_S` once the tree has not grown
+  for a few scans) AND that dropped the cookie from its environment
   (`env -i`, sudo, a daemon that scrubs it) is not killed, nor what it started;
 - a process in uninterruptible sleep (D state) dies only when its I/O ends;
 - a SIGKILL of the reaper itself (by pid, or of its own session) ends the protection: the
@@ -59,7 +61,12 @@ if TYPE_CHECKING:  # the harness side only: the reaper process never imports the
     import subprocess
     from collections.abc import Sequence
 
-POLL_S = 0.2  # how often the reaper rescans /proc while the harness lives
+POLL_S = 0.2  # how often the reaper rescans /proc while the harness lives and the tree grows
+# ... and at most how seldom, once the tree has stopped growing: each scan that finds no new
+# process doubles the interval up to this; a birth brings it back to POLL_S. A long run's
+# tree is mostly settled, and every harness run (and build) has a reaper scanning all of
+# /proc: on a busy host (a test suite's hundreds of processes) that was most of its cost
+IDLE_POLL_S = 1.0
 READY_TIMEOUT_S = 10.0  # how long the harness waits for the reaper to start
 KILL_DEADLINE_S = 5.0  # how long the reaper keeps rescanning and killing after the harness died
 _PR_SET_PDEATHSIG = 1
@@ -227,7 +234,7 @@ def serve(ctl_fd: int, harness_pid: int) -> int:
     os.dup2(devnull, 1)  # the harness stops reading; nothing else goes there
     os.close(devnull)
     tracker: Tracker | None = None
-    interval = POLL_S
+    interval = calm = POLL_S
     buf = b""
     while True:
         ready, _, _ = select.select([ctl_fd], [], [], interval if tracker else None)
@@ -257,9 +264,13 @@ def serve(ctl_fd: int, harness_pid: int) -> int:
                     tracker = Tracker(int(words[1]), cookie)
         if tracker is not None:
             t0 = time.monotonic()
+            before = set(tracker.known)
             tracker.scan()
+            # a tree that stopped growing is scanned less and less often (IDLE_POLL_S at
+            # most); a new process brings the interval back to POLL_S
+            calm = POLL_S if set(tracker.known) - before else min(IDLE_POLL_S, 2 * calm)
             # on a host with thousands of processes, scan less often: at most 5% of a core
-            interval = max(POLL_S, 20 * (time.monotonic() - t0))
+            interval = max(calm, 20 * (time.monotonic() - t0))
 
 
 def _note(message: str) -> None:
