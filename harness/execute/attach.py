@@ -132,12 +132,15 @@ class Observer:
     quiescent_s: float
     ignore: set[tuple[int, int]] = field(default_factory=set)
     started: float = field(default_factory=time.monotonic)
+    interval_s: float = WATCH_INTERVAL_S  # between looks at the tree
     loop: WatchLoop = field(init=False)
     # every process seen in the tree (psutil handles: a reused pid is never signalled)
     seen: dict[int, psutil.Process] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.loop = WatchLoop(self.pid, self.started, quiescence=self.quiescent_s > 0)
+        self.loop = WatchLoop(
+            self.pid, self.started, quiescence=self.quiescent_s > 0, interval=self.interval_s
+        )
         self.loop.ignore = self.ignore
         # the watcher itself, should the tree have adopted it (a subreaper in it)
         self.loop.skip = {os.getpid()}
