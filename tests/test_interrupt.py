@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +22,32 @@ import pytest
 from harness.outcome import interrupted_code
 from tests.harness_cli import ROOT, communicate_and_kill, only_report_dir, wait_for_trainer
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120), pytest.mark.spread]
 SIGINT_CODE = interrupted_code(signal.SIGINT)
 DELAYS_S = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
 # windows long enough that the program is still running at the last delay
 LONG = ["--startup", "30", "--stall", "30", "--quiescent", "0", "--timeout", "60", "--quiet"]
 NOTHING_WRITTEN = "nothing was written"
+
+
+@pytest.fixture(autouse=True)
+def _sigint_not_ignored() -> Iterator[None]:
+    """The harnesses start with SIGINT at its default, as under a terminal's Ctrl-C.
+
+    A shell without job control starts a background job (`pytest ... &`, a CI script's
+    `cmd &`) with SIGINT ignored, and an ignored signal stays ignored across fork and exec:
+    every harness this test starts would then lose a SIGINT that lands before its own
+    handlers (in CPython's start-up), and run on to its verdict (exit 2, nothing said). A
+    caught signal is reset to its default by exec: catching it here for the test's length
+    gives the children the default."""
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if before == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
