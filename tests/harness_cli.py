@@ -37,6 +37,16 @@ def zygote() -> Zygote | None:
     return _zygote[0]
 
 
+def living_descendants() -> list[psutil.Process]:
+    """This test process's living descendants, for "nothing left behind" checks: all but
+    the session's zygote, which serves every test (its forked runs do count)."""
+    z = _zygote[0] if _zygote else None
+    skip = {z.pid} if z is not None else set()
+    return [
+        p for p in psutil.Process().children(recursive=True) if p.is_running() and p.pid not in skip
+    ]
+
+
 @dataclass
 class HarnessResult:
     code: int

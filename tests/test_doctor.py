@@ -25,6 +25,7 @@ from harness.process.tools import started
 from harness.sampling import tools as stack_tools
 from harness.vocab import DoctorStatus
 from tests import facts
+from tests.harness_cli import living_descendants
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -55,7 +56,7 @@ Real = tuple[dict[str, doctor.Probe], float, list[psutil.Process]]
 
 
 def _children() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+    return living_descendants()
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,9 @@ from harness import doctor
 from harness.doctor import torchgpu
 from harness.doctor.model import ProbeContext, guarded
 from tests import facts
+from tests.harness_cli import living_descendants
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.spread]
 
 GPU_NAMES = [f"gpu:{check}" for check in torchgpu.CHECKS]
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -37,7 +38,7 @@ CRASHED = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"
 
 
 def _children() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+    return living_descendants()
 
 
 def _fake_torch(folder: Path, body: str) -> ProbeContext:

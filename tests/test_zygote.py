@@ -21,7 +21,7 @@ import pytest
 from harness.outcome import USAGE, Kind, exit_code, interrupted_code
 from harness.pipeline.children import ZYGOTE_ENTRY, ZYGOTE_PRELOAD
 from harness.process.zygote import DISABLE_VAR, Zygote
-from tests.harness_cli import ROOT, only_report_dir
+from tests.harness_cli import ROOT, only_report_dir, wait_for_trainer
 
 pytestmark = [pytest.mark.timeout(120)]
 PROGRAM = str(ROOT / "harness" / "__main__.py")
@@ -106,10 +106,7 @@ def test_a_signal_reaches_the_run_through_its_pidfd(
         zygote, "watch", "--report-dir", str(tmp_path), "--quiescent", "0", "--startup", "60",
         "--stall", "60", "--timeout", "60", "--quiet", "--", program,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not psutil.Process(child.pid).children(recursive=True):  # the run has started
-        assert time.monotonic() < deadline and child.poll() is None
-        time.sleep(0.05)
+    wait_for_trainer(child, tmp_path, 60)  # its report says running, its trainer is up
     child.send_signal(signal.SIGTERM)
     _, err = child.communicate(timeout=60)
     assert child.returncode == interrupted_code(signal.SIGTERM), err
