@@ -3,12 +3,13 @@ always killed (whole process group) when a test ends, however it ends.
 
 Also the suite's rules: a test that needs a tool setup.sh installs skips locally but fails
 under CI when the tool is missing (`needs_tool` marker, `facts.require_tool`), and the
-suite runs on four xdist workers (pyproject's addopts), longest modules first."""
+suite runs on xdist workers (pyproject's addopts), longest work first."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import select
 import signal
@@ -61,6 +62,11 @@ def pytest_configure(config: pytest.Config) -> None:
     the controller, so that the workers do not race to write the same files."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
+    # the replica's build.sh appends CFLAGS to its -O2 -g: at -O1 a build takes 1.4 CPU-s
+    # instead of 2.4 and the trainer runs as fast (a million steps in 1.6 s either way);
+    # the suite builds the replica dozens of times (bisect histories, variants). CFLAGS is
+    # in the build key (the pin's env_passthrough): never mixed with the user's builds
+    os.environ.setdefault("CFLAGS", "-O1")
     if not hasattr(config, "workerinput"):
         import compileall
 
@@ -75,25 +81,54 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         facts.require_tool(*mark.args, **mark.kwargs)
 
 
-# how long a module takes, roughly, from its markers: an upstream trainer we build and run
-# (minutes), a slow test (seconds to a minute), any other (a fraction of a second)
-_WEIGHT = {"real": 100, "slow": 10}
+# a test's expected seconds when tests/durations.json does not know it (new or renamed),
+# from its markers: an upstream trainer we build and run, a slow test, any other
+_ESTIMATE_S = {"real": 60.0, "slow": 10.0}
+_DEFAULT_S = 0.5
 
 
+def _expected_s(item: pytest.Item, measured: dict[str, float]) -> float:
+    if item.nodeid in measured:
+        return measured[item.nodeid]
+    marks = {m.name for m in item.iter_markers()}
+    return max((v for k, v in _ESTIMATE_S.items() if k in marks), default=_DEFAULT_S)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own hook, on workers)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest modules first, so that on four workers (`--dist loadfile`: a module stays on
-    one worker, sharing its module-scoped build cache) the last module to start is short.
-    The order is the same on every worker (xdist requires it): a stable sort."""
+    """Work units for `--dist loadgroup`, longest first.
 
-    def module(item: pytest.Item) -> str:
-        return item.nodeid.split("::")[0]
+    A module marked `spread` is split test by test over the workers: its tests share no
+    costly module fixture and do not depend on each other's order. Every other module is
+    one unit (an xdist_group of its own: one worker, its module-scoped fixtures such as the
+    build cache made once), as is any set of tests that names an `xdist_group` itself.
+    Units go out longest first (tests/durations.json, measured; else estimated from the
+    markers), so the last to start is short. The order is the same on every worker (xdist
+    requires it): a stable sort."""
+    try:
+        measured: dict[str, float] = json.loads(_DURATIONS.read_text())
+    except (OSError, ValueError):
+        measured = {}
 
-    weight: dict[str, int] = {}
+    def unit(item: pytest.Item) -> str:
+        group = item.get_closest_marker("xdist_group")
+        if group is not None:
+            return str(group.args[0] if group.args else group.kwargs.get("name", "default"))
+        if item.get_closest_marker("spread") is not None:
+            return item.nodeid
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(module))
+        return module
+
+    weight: dict[str, float] = {}
+    units = {item.nodeid: unit(item) for item in items}
     for item in items:
-        marks = {m.name for m in item.iter_markers()}
-        w = max((v for k, v in _WEIGHT.items() if k in marks), default=1)
-        weight[module(item)] = weight.get(module(item), 0) + w
-    items.sort(key=lambda item: -weight[module(item)])
+        u = units[item.nodeid]
+        weight[u] = weight.get(u, 0.0) + _expected_s(item, measured)
+    items.sort(key=lambda item: -weight[units[item.nodeid]])
+
+
+_DURATIONS = Path(__file__).resolve().parent / "durations.json"
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -205,11 +240,24 @@ def python_exe() -> str:
     return sys.executable
 
 
-@pytest.fixture(scope="module")
+def session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This session's temporary root, the same on every xdist worker (each worker's own
+    base is a folder in it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
 def cache_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A per-module build cache for `harness` subprocesses: builds are real, shared by the
-    tests of one module, and never touch the user's cache."""
-    return {"HARNESS_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
+    """The build cache of `harness` subprocesses: builds are real and never touch the user's
+    cache, and one cache serves the whole session on every worker (the replica's variants
+    are the same builds in every module: about 2 CPU-s each, built once instead of once per
+    module). An entry is locked while it is built, so a second worker waits for that build
+    and uses it. Tests that count their own builds or damage entries use a cache of their
+    own (`private_harness_cache`, tmp_path)."""
+    cache = session_root(tmp_path_factory) / "shared-build-cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    return {"HARNESS_CACHE_DIR": str(cache)}
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ from tests import facts
 from tests.conftest import Spawned
 from tests.harness_cli import HarnessResult, only_report_dir
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.spread]
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "tests" / "programs"
 NOBODY = 65534

@@ -23,7 +23,7 @@ from harness.vocab import BisectRole
 from tests.gitrepo import ROOT, SUBJECTS, History, git, make_history, plan_with, write_scenario
 
 # a build cache of the module's own (its histories build many commits; tests/conftest.py)
-pytestmark = pytest.mark.usefixtures("private_harness_cache")
+pytestmark = [pytest.mark.usefixtures("private_harness_cache"), pytest.mark.spread]
 
 # the replica's first dashboard comes after ~0.5 s here, and frames every ~0.5 s; a hang is
 # declared at 4 s (3 s once called the good end's healthy run a hang while three test workers
@@ -83,6 +83,7 @@ def main_result(
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
+@pytest.mark.xdist_group("bisect-main")  # one worker: they share the bisect of main_result
 def test_names_compact_everything_in_log2_builds(
     main_history: History, main_result: bis.BisectResult
 ) -> None:
@@ -125,6 +126,7 @@ def test_names_compact_everything_in_log2_builds(
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
+@pytest.mark.xdist_group("bisect-main")  # one worker: they share the bisect of main_result
 def test_rerun_reuses_builds_and_repeats(
     main_history: History, main_result: bis.BisectResult, tmp_path: Path
 ) -> None:

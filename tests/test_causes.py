@@ -17,6 +17,8 @@ from harness.errors import HarnessError
 from harness.outcome import Kind
 from tests.harness_cli import ROOT, harness
 
+pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
+
 PROGRAMS = ROOT / "tests" / "programs"
 FAST = ["--startup", "4", "--stall", "4", "--quiescent", "2", "--timeout", "60"]
 

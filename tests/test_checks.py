@@ -14,6 +14,8 @@ from harness.analysis import checks
 from harness.config.scenario import load_scenario
 from tests.harness_cli import harness
 
+pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
+
 DATA = Path(__file__).resolve().parent / "data"
 
 

@@ -42,7 +42,7 @@ from tests.harness_cli import ROOT, harness
 
 PROGRAMS = ROOT / "tests" / "programs"
 needs_py_spy = pytest.mark.needs_tool("py-spy", why="Python stacks name each rank's call")
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.spread]
 DIST_DETECTORS = ("collective-mismatch", "missing-rank", "mpi-peers-blocked")
 
 

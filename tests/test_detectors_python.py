@@ -18,7 +18,7 @@ from harness.config.causes import NoParams
 from harness.report.load import report_from_json
 from tests.harness_cli import ROOT, harness
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.spread]
 PROGRAMS = ROOT / "tests" / "programs"
 SAMPLES = ROOT / "tests" / "data" / "samples"
 FAST = ["--startup", "3", "--stall", "2", "--quiescent", "1", "--timeout", "30"]

@@ -33,6 +33,8 @@ from harness.sampling.model import (
 from harness.vocab import StackToolName
 from tests.harness_cli import HarnessResult, harness, tree_is_gone
 
+pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
+
 needs_py_spy = pytest.mark.needs_tool("py-spy", why="only a Python stack shows whose code polls")
 
 WINDOWS = ["--startup", "60", "--stall", "60", "--timeout", "90", "--quiescent", "2"]
@@ -475,6 +477,7 @@ def test_the_outside_scan_is_kept_until_the_tree_changes_or_it_is_old() -> None:
 
 OWN_POLL_THREAD = """
 import threading, time
+
 def poll():
     while True:
         time.sleep(0.1)

@@ -34,6 +34,8 @@ from harness.execute.watchdog import (
 )
 from tests.harness_cli import ROOT, only_report_dir, wait_for_trainer
 
+pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
+
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 PAUSE_S = 8.0
 

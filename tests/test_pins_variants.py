@@ -17,7 +17,7 @@ import pytest
 from harness.config.pin import PIN_SCHEMA_VERSION, load_pin, pin_dir
 from tests.harness_cli import ROOT, harness
 
-pytestmark = [pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.spread]
 # the stock replica hangs for real only where gcc's OpenMP is GNU libgomp (its fork hazard)
 stock_hang = pytest.mark.usefixtures("libgomp_fork_hazard")
 REPLICA = pin_dir() / "replica"

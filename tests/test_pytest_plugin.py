@@ -25,6 +25,8 @@ import pytest
 from harness.pytest_plugin import channel, procstart, resume, watcher
 from tests.facts import require_tool
 
+pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
+
 CASES = Path(__file__).parent / "pytest_hang"
 SESSION_S = 60  # each inner session must end well within this
 QUIESCENT_S = 3.0

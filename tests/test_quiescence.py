@@ -25,6 +25,8 @@ from harness.sampling.model import ProcessSample, SampleSet, Snapshot, ThreadSam
 from harness.vocab import WaitKind
 from tests.harness_cli import HarnessResult, harness, tree_is_gone
 
+pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
+
 X86 = q.X86_64
 FUTEX, NANOSLEEP, CLOCK_NANOSLEEP, WAIT4, WAITID, READ, POLL, EPOLL_WAIT = (
     202,

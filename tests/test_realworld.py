@@ -20,6 +20,8 @@ from tests import facts
 from tests.harness_cli import HarnessResult, harness, tree_is_gone
 from tests.realworld.corpus import HERE, Case, load_cases
 
+pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
+
 # the wall limit every case runs under: long enough for the slowest look-alike (about 25 s)
 # and for a stall verdict of a hang quiescence cannot call early
 WALL_S = 90

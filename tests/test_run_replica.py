@@ -12,7 +12,7 @@ import pytest
 
 from tests.harness_cli import harness, tree_is_gone
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.spread]
 # the stock replica hangs for real only where gcc's OpenMP is GNU libgomp (its fork hazard)
 stock_hang = pytest.mark.usefixtures("libgomp_fork_hazard")
 

@@ -29,11 +29,14 @@ from harness.triage.model import (
 from harness.triage.run import exit_code
 from tests.harness_cli import ROOT
 
+pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
+
 # `harness triage` whether or not the command is registered in harness.cli yet
 _MAIN = """
 import sys
 from harness import cli
 from harness.cli import triage
+
 if "triage" not in cli.COMMANDS:
     cli._MODULES = (*cli._MODULES, triage)
     cli.COMMANDS["triage"] = triage.command

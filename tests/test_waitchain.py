@@ -25,6 +25,8 @@ from harness.sampling.model import (
 from harness.vocab import StackToolName, WaitKind
 from tests.harness_cli import HarnessResult, harness
 
+pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
+
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 SIGS = load_signatures()
 SUB = "/usr/lib/python3.11/subprocess.py"

@@ -16,6 +16,8 @@ from harness.execute.watchdog import Limits, Trigger, Watchdog
 from harness.outcome import Kind
 from tests.harness_cli import HarnessResult, harness
 
+pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
+
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 

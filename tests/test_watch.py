@@ -14,7 +14,7 @@ import pytest
 
 from tests.harness_cli import HarnessResult, harness, tree_is_gone
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.spread]
 FAST = ["--startup", "3", "--stall", "2", "--timeout", "40"]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
