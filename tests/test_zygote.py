@@ -196,3 +196,17 @@ def test_a_preload_that_starts_a_thread_is_refused(tmp_path: Path) -> None:
 def test_turned_off_by_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(DISABLE_VAR, "1")
     assert Zygote.start(ZYGOTE_ENTRY, ZYGOTE_PRELOAD, ["harness"]) is None
+
+
+def test_an_oversized_request_is_refused_alone(zygote: Zygote, tmp_path: Path) -> None:
+    """A run whose argv and environment pass the request limit is refused (the caller execs
+    it); the zygote goes on serving the next one."""
+    big = {**os.environ, "HUGE": "x" * (2 << 20)}
+    refused = zygote.spawn(
+        [PROGRAM, "--version"], big, str(tmp_path), subprocess.DEVNULL, subprocess.PIPE,
+        subprocess.PIPE,
+    )  # fmt: skip
+    assert refused is None
+    child = spawn(zygote, "--version")
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 0 and out.startswith(b"harness ")

@@ -22,14 +22,12 @@ Invariants, which the exec path (`reaper.pdeathsig_argv`) also keeps:
   zygote reaps the child and writes its wait status there; EOF without a status means the
   zygote died, and the child with it (SIGKILL).
 
-Started as `python -m harness.process.zygote SOCK_FD PARENT_PID ENTRY PRELOAD...`; the client
-is `Zygote` below. `HARNESS_NO_ZYGOTE=1` turns it off (every child is exec'd)."""
+The zygote itself is harness/process/zygote_server.py; the client is `Zygote` below.
+`HARNESS_NO_ZYGOTE=1` turns it off (every child is exec'd)."""
 
 from __future__ import annotations
 
-import array
 import contextlib
-import importlib
 import json
 import os
 import select
@@ -42,172 +40,14 @@ import time
 import weakref
 from collections.abc import Sequence
 
+from harness.process import zygote_server
+from harness.process.zygote_server import MAX_REQUEST, READY, close_fds
+
 DISABLE_VAR = "HARNESS_NO_ZYGOTE"
-READY = b"ready\n"
-MAX_REQUEST = 1 << 20  # argv + environment of one run, as JSON
 START_LIMIT_S = 30.0  # importing the harness on a loaded machine
-_PR_SET_PDEATHSIG = 1
-
-
-def _pdeathsig(parent: int) -> bool:
-    """PR_SET_PDEATHSIG(SIGKILL) toward the parent; False when the parent is already gone."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    return os.getppid() == parent
-
-
-# ---------------------------------------------------------------- the zygote's side
-
-
-def _child(
-    entry: str, request: dict[str, object], fds: list[int], ctl: socket.socket, started: int
-) -> None:
-    """In the forked child: become the run's process, call the entry, exit with its code.
-    `started` is closed once the child leads its own session: only then is its pid handed
-    out (a caller may signal its process group at once)."""
-    code = 1
-    try:
-        ctl.close()
-        zygote = os.getppid()
-        os.setsid()
-        if not _pdeathsig(zygote):
-            os._exit(137)
-        os.close(started)
-        for target, fd in enumerate(fds[:3]):
-            os.dup2(fd, target)
-        for fd in fds:
-            os.close(fd)
-        # the signal dispositions of a fresh interpreter (the zygote's wakeup fd is not ours)
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGHUP, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        argv = [str(a) for a in request["argv"]]  # type: ignore[attr-defined]
-        env = {str(k): str(v) for k, v in request["env"].items()}  # type: ignore[attr-defined]
-        os.chdir(str(request["cwd"]))
-        os.environ.clear()
-        os.environ.update(env)
-        sys.argv = argv
-        sys.orig_argv = [sys.executable, "-m", *[str(a) for a in request["module"]], *argv[1:]]  # type: ignore[attr-defined]
-        module, _, func = entry.partition(":")
-        main = getattr(importlib.import_module(module), func)
-        result = main(argv[1:])
-        code = result if isinstance(result, int) else 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except KeyboardInterrupt:  # before the entry installed its own handlers
-        code = 128 + signal.SIGINT
-    except BaseException:  # a bug of the entry's: its traceback, as an exec'd child would
-        import traceback
-
-        with contextlib.suppress(Exception):
-            traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(code & 0xFF)
-
-
-def _recv(ctl: socket.socket) -> tuple[dict[str, object], list[int]] | None:
-    """One request: a length-prefixed JSON header and its descriptors; None at EOF."""
-    fds = array.array("i")
-    msg, ancdata, _, _ = ctl.recvmsg(8, socket.CMSG_SPACE(8 * fds.itemsize))
-    for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
-    if len(msg) < 8:
-        for fd in fds:
-            os.close(fd)
-        return None
-    size = int.from_bytes(msg, "big")
-    if size > MAX_REQUEST:
-        raise ValueError(f"request of {size} bytes")
-    body = b""
-    while len(body) < size:
-        chunk = ctl.recv(size - len(body))
-        if not chunk:
-            return None
-        body += chunk
-    return json.loads(body), list(fds)
-
-
-def serve(ctl_fd: int, parent: int, entry: str, preload: Sequence[str]) -> int:
-    if not _pdeathsig(parent):
-        return 137
-    ctl = socket.socket(fileno=ctl_fd)
-    for name in preload:
-        importlib.import_module(name)
-    if threading.active_count() != 1:  # never fork a threaded process: refuse, the client execs
-        ctl.sendall(b"threads\n")
-        return 1
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    status_of: dict[int, int] = {}  # child pid -> the client's status pipe (write end)
-    ctl.sendall(READY)
-    while True:
-        ready, _, _ = select.select([ctl.fileno(), wake_r], [], [])
-        if wake_r in ready:
-            with contextlib.suppress(BlockingIOError):
-                os.read(wake_r, 512)
-            _reap(status_of)
-        if ctl.fileno() in ready:
-            got = _recv(ctl)
-            if got is None:  # the client is gone or done: the children go with us
-                return 0
-            request, fds = got
-            if len(fds) != 4:
-                for fd in fds:
-                    os.close(fd)
-                ctl.sendall(b"0\n")
-                continue
-            started_r, started_w = os.pipe2(os.O_CLOEXEC)
-            pid = os.fork()
-            if pid == 0:
-                for fd in [wake_r, wake_w, started_r, *status_of.values()]:
-                    os.close(fd)
-                _child(entry, request, fds, ctl, started_w)
-            os.close(started_w)
-            os.read(started_r, 1)  # EOF: the child has its session (or died trying)
-            os.close(started_r)
-            for fd in fds[:3]:
-                os.close(fd)
-            status_of[pid] = fds[3]
-            pidfd = os.pidfd_open(pid)
-            try:
-                socket.send_fds(ctl, [f"{pid}\n".encode()], [pidfd])
-            finally:
-                os.close(pidfd)
-            _reap(status_of)  # a child that already ended sent no SIGCHLD we will see again
-
-
-def _reap(status_of: dict[int, int]) -> None:
-    while status_of:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        fd = status_of.pop(pid, None)
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.write(fd, f"{status}\n".encode())
-            os.close(fd)
 
 
 # ---------------------------------------------------------------- the client's side
-
-
-def _close(*fds: int) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
 
 
 class ZygoteChild:
@@ -221,7 +61,7 @@ class ZygoteChild:
         self._pidfd = pidfd
         self._status_r = status_r
         self._lock = threading.Lock()
-        weakref.finalize(self, _close, pidfd, status_r)
+        weakref.finalize(self, close_fds, pidfd, status_r)
         self.stdout = os.fdopen(out, "rb", buffering=0) if out is not None else None
         self.stderr = os.fdopen(err, "rb", buffering=0) if err is not None else None
         self._out: dict[int, list[bytes]] = {}
@@ -237,7 +77,7 @@ class ZygoteChild:
         if self.returncode is not None:
             return self.returncode
         # several threads may wait at once (a run's own thread, and a stop from another):
-        # the descriptors stay open until this object goes (`_fds`), so none of them ever
+        # the descriptors stay open until this object goes (its finalizer), so none ever
         # selects on a closed or reused descriptor, and one of them reads the status
         ready, _, _ = select.select([self._status_r], [], [], timeout)
         with self._lock:
@@ -305,6 +145,7 @@ class Zygote:
         self._ctl = ctl
         self._module = module
         self._lock = threading.Lock()
+        self._broken = False
 
     @classmethod
     def start(cls, entry: str, preload: Sequence[str], module: Sequence[str]) -> Zygote | None:
@@ -315,7 +156,14 @@ class Zygote:
         if os.environ.get(DISABLE_VAR):
             return None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        argv = [sys.executable, "-m", __name__, str(theirs.fileno()), str(os.getpid()), entry]
+        argv = [
+            sys.executable,
+            "-m",
+            zygote_server.__name__,
+            str(theirs.fileno()),
+            str(os.getpid()),
+            entry,
+        ]
         try:
             proc = subprocess.Popen(
                 [*argv, *preload],
@@ -367,25 +215,39 @@ class Zygote:
             opened.append(fd)
             return fd
 
-        body = json.dumps({"argv": list(argv), "env": env, "cwd": cwd, "module": self._module})
+        body = json.dumps(
+            {"argv": list(argv), "env": env, "cwd": cwd, "module": self._module}
+        ).encode()
+        if self._broken or len(body) > MAX_REQUEST:
+            return None
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        got: list[int] = []
+        pid = 0
         try:
             fds = [stream(stdin, 0), stream(stdout, 1), stream(stderr, 2), status_w]
-            header = len(body.encode()).to_bytes(8, "big")
             with self._lock:
                 try:
-                    socket.send_fds(self._ctl, [header], fds)
-                    self._ctl.sendall(body.encode())
+                    socket.send_fds(self._ctl, [len(body).to_bytes(8, "big")], fds)
+                    self._ctl.sendall(body)
                     msg, got, _, _ = socket.recv_fds(self._ctl, 32, 1)
+                    pid = int(msg.strip() or b"0")
                 except OSError:
-                    msg, got = b"", []
-            pid = int(msg.strip() or b"0")
+                    self._broken = True  # the zygote is gone: every later run is exec'd
+                except BaseException:
+                    # interrupted between the request and its answer: the socket is out of
+                    # step (an answer may still come), so it is closed; the zygote exits
+                    # and a run it forked for this request dies with it (PR_SET_PDEATHSIG)
+                    self._broken = True
+                    with contextlib.suppress(OSError):
+                        self._ctl.close()
+                    raise
+        except BaseException:
+            close_fds(status_r, *got, *mine.values())
+            raise
         finally:
-            for fd in [*opened, status_w]:
-                os.close(fd)
+            close_fds(*opened, status_w)
         if pid <= 0 or not got:
-            for fd in [status_r, *got, *mine.values()]:
-                os.close(fd)
+            close_fds(status_r, *got, *mine.values())
             return None
         return ZygoteChild(pid, got[0], status_r, mine.get(1), mine.get(2))
 
@@ -398,7 +260,3 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
-
-
-if __name__ == "__main__":
-    sys.exit(serve(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]))

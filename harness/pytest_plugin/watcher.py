@@ -36,6 +36,7 @@ import psutil
 
 from harness.errors import HarnessError
 from harness.execute.attach import ptrace_refusal
+from harness.execute.housekeeping import MAX_GAP_S
 from harness.execute.runner import SampleOptions
 from harness.execute.watchloop import WATCH_INTERVAL_S
 from harness.pipeline.attach import diagnose_tree, start_report
@@ -66,8 +67,11 @@ def look_every(quiescent_s: float) -> float:
     process a test starts (a browser's, torch's), for as long as the suite runs: at 1 s for
     the default 5 s window the watcher costs a quarter of what it did at 0.25 s (this
     project's suite: about 190 CPU-s for six watchers at 0.5 s), and a hang still has five
-    looks to be judged quiescent in, a second later at most."""
-    return max(WATCH_INTERVAL_S, quiescent_s / 5)
+    looks to be judged quiescent in, a second later at most. Never more than half the
+    housekeeping rule's longest gap between looks (execute/housekeeping.py MAX_GAP_S): a
+    longer step would end every span, and a hung test with a heartbeat thread would never
+    be quiescent. At 1 s a housekeeping thread is excused after its 8 looks, 7 s."""
+    return max(WATCH_INTERVAL_S, min(quiescent_s / 5, MAX_GAP_S / 2))
 
 
 class Watcher:
