@@ -14,7 +14,8 @@ from harness.analysis import checks
 from harness.config.scenario import load_scenario
 from tests.harness_cli import harness
 
-pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
+# not `spread`: its replica runs read the end-of-run log the trainer leaves in the build
+# tree (the pin's run.cwd is the tree), so two runs of one build must not overlap
 
 DATA = Path(__file__).resolve().parent / "data"
 

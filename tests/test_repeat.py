@@ -33,11 +33,17 @@ def aggregate_of(root: Path) -> tuple[Path, dict[str, Any]]:
     return folder, data
 
 
+def _is_harness(argv: list[str]) -> bool:
+    """`python -m harness ...` or a zygote (whose forks show its argv), by argv, not by a
+    substring: the checkout's own path may contain "harness"."""
+    return argv[1:3] == ["-m", "harness"] or argv[1:3] == ["-m", "harness.process.zygote_server"]
+
+
 def _watched(p: psutil.Process) -> bool:
     """Some ancestor of `p` is a live harness (its run's, or the zygote of a test running
     in another worker at the same time: those programs are not this test's leftovers)."""
     with contextlib.suppress(psutil.Error):
-        return any("harness" in " ".join(a.cmdline()) for a in p.parents())
+        return any(_is_harness(a.cmdline()) for a in p.parents())
     return False
 
 

@@ -46,7 +46,10 @@ def _fixed_run(steps: int, root: Path, env: dict[str, str]) -> HarnessResult:
 
 
 @pytest.mark.slow
-def test_a_report_is_checked_from_its_own_folder(tmp_path: Path, cache_env: dict[str, str]) -> None:
+def test_a_report_is_checked_from_its_own_folder(tmp_path: Path) -> None:
+    # a build cache of its own: the test deletes it below (the session's shared one serves
+    # other workers' runs at the same time)
+    cache_env = {"HARNESS_CACHE_DIR": str(tmp_path / "cache")}
     # two passing runs of one build, the longer first: the build tree's logs/ then holds
     # the second run's end-of-run log, newer than the first run's start
     first = _fixed_run(524_288, tmp_path / "a", cache_env)
