@@ -465,15 +465,17 @@ def test_kill_reaches_the_orphans_of_a_root_that_exited(
 ) -> None:
     """The root exits while watched and leaves a child behind: --kill after the report
     kills what the watch saw in the tree, not only what the root still has."""
-    target = spawn(["sh", "-c", "sleep 300 & echo started; sleep 2"])
+    # the root lives 6 s: long enough for attach to start on a loaded machine (2 s was not
+    # always: then the root had exited before attach looked, exit 5 instead of 8)
+    target = spawn(["sh", "-c", "sleep 300 & echo started; sleep 6"])
     target.expect("started")
-    # the shell's children: `sleep 300` (to be orphaned) and, by now or soon, `sleep 2`;
+    # the shell's children: `sleep 300` (to be orphaned) and, by now or soon, `sleep 6`;
     # a forked child shows the shell's argv until its exec
 
     def sleepers() -> list[psutil.Process]:
         found = []
         for c in psutil.Process(target.pid).children():
-            with contextlib.suppress(psutil.Error):  # `sleep 2` may end meanwhile
+            with contextlib.suppress(psutil.Error):  # `sleep 6` may end meanwhile
                 if c.cmdline()[-1:] == ["300"]:
                     found.append(c)
         return found

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from harness.pytest_plugin import channel, procstart, resume, watcher
+from harness.pytest_plugin.watcher import look_every
 from tests.facts import require_tool
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
@@ -151,9 +152,10 @@ def _check_hangs(s: Session) -> None:
         outcome, message = s.junit[nodeid]
         assert outcome == "failed", (nodeid, s.out)
         assert "hang-watch:" in message and f"top cause: {cause}" in message, (nodeid, message)
-        # within the quiescence window plus the look cadence
+        # within the quiescence window plus one look of the watcher and a second
         after = re.search(r"quiescent (\d+\.\d)s into call", message)
-        assert after is not None and float(after.group(1)) < QUIESCENT_S + 1.0, message
+        bound = QUIESCENT_S + look_every(QUIESCENT_S) + 1.0
+        assert after is not None and float(after.group(1)) < bound, message
         path = re.search(r"report: (\S+)", message)
         assert path is not None, message
         report = json.loads((Path(path.group(1)) / "report.json").read_text())
