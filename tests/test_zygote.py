@@ -5,6 +5,7 @@ runs of a real deadlocked C program, and the parent that owns it is SIGKILLed fo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -25,6 +26,8 @@ from tests.harness_cli import ROOT, only_report_dir, wait_for_trainer
 
 pytestmark = [pytest.mark.timeout(120)]
 PROGRAM = str(ROOT / "harness" / "__main__.py")
+# a watch that keeps its deadlocked program running (no quiescence, long windows)
+HOLD = ["--quiescent", "0", "--startup", "60", "--stall", "60", "--timeout", "60", "--quiet"]
 
 
 @pytest.fixture
@@ -48,6 +51,17 @@ def spawn(z: Zygote, *args: str, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
     )
     assert child is not None, "the zygote refused the run"
     return child  # type: ignore[return-value]  # the Popen subset the tests use
+
+
+def running(pid: int, exe: str) -> list[psutil.Process]:
+    """The descendants of `pid` that run `exe` (one that ends meanwhile is left out)."""
+    found = []
+    with contextlib.suppress(psutil.Error):
+        for p in psutil.Process(pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if p.exe() == exe:
+                    found.append(p)
+    return found
 
 
 def gone(pid: int, timeout: float = 10.0) -> bool:
@@ -102,10 +116,7 @@ def test_a_signal_reaches_the_run_through_its_pidfd(
     zygote: Zygote, tmp_path: Path, c_program: Callable[[str], Path]
 ) -> None:
     program = str(c_program("mutex_deadlock"))
-    child = spawn(
-        zygote, "watch", "--report-dir", str(tmp_path), "--quiescent", "0", "--startup", "60",
-        "--stall", "60", "--timeout", "60", "--quiet", "--", program,
-    )  # fmt: skip
+    child = spawn(zygote, "watch", "--report-dir", str(tmp_path), *HOLD, "--", program)
     wait_for_trainer(child, tmp_path, 60)  # its report says running, its trainer is up
     child.send_signal(signal.SIGTERM)
     _, err = child.communicate(timeout=60)
@@ -126,8 +137,7 @@ def test_nothing_outlives_a_sigkilled_parent(
         import os, subprocess, sys, time
         from harness.process.zygote import Zygote
         z = Zygote.start({ZYGOTE_ENTRY!r}, {list(ZYGOTE_PRELOAD)!r}, ["harness"])
-        c = z.spawn([{PROGRAM!r}, "watch", "--report-dir", {str(tmp_path)!r}, "--quiescent",
-                     "0", "--startup", "60", "--stall", "60", "--timeout", "60", "--quiet",
+        c = z.spawn([{PROGRAM!r}, "watch", "--report-dir", {str(tmp_path)!r}, *{HOLD!r},
                      "--", {program!r}], dict(os.environ), {str(ROOT)!r},
                     subprocess.DEVNULL, subprocess.DEVNULL, subprocess.DEVNULL)
         print(z.pid, c.pid, flush=True)
@@ -141,16 +151,9 @@ def test_nothing_outlives_a_sigkilled_parent(
         assert parent.stdout is not None
         zygote_pid, child_pid = map(int, parent.stdout.readline().split())
         deadline = time.monotonic() + 60
-        while not (kids := psutil.Process(child_pid).children(recursive=True)):
-            assert time.monotonic() < deadline
+        while not (trainers := running(child_pid, program)):
+            assert time.monotonic() < deadline, "the run's trainer never started"
             time.sleep(0.05)
-        trainers = [p for p in kids if p.exe() == program]
-        deadline = time.monotonic() + 60
-        while not trainers:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-            kids = psutil.Process(child_pid).children(recursive=True)
-            trainers = [p for p in kids if p.exe() == program]
         parent.kill()
         parent.wait()
         assert gone(zygote_pid), "the zygote outlived its parent"
@@ -165,10 +168,7 @@ def test_closing_the_zygote_ends_a_run_still_going(
     zygote: Zygote, tmp_path: Path, c_program: Callable[[str], Path]
 ) -> None:
     program = str(c_program("mutex_deadlock"))
-    child = spawn(
-        zygote, "watch", "--report-dir", str(tmp_path), "--quiescent", "0", "--startup", "60",
-        "--stall", "60", "--timeout", "60", "--quiet", "--", program,
-    )  # fmt: skip
+    child = spawn(zygote, "watch", "--report-dir", str(tmp_path), *HOLD, "--", program)
     zygote.close()
     child.communicate(timeout=30)
     assert child.returncode == -signal.SIGKILL
