@@ -18,8 +18,16 @@ FILE = Path(__file__).resolve().parent / "durations.json"
 
 
 def nodeid(classname: str, name: str) -> str:
-    # "tests.test_x" + "test_y[p]" -> "tests/test_x.py::test_y[p]"
-    return f"{classname.replace('.', '/')}.py::{name}"
+    # "tests.test_x" + "test_y[p]" -> "tests/test_x.py::test_y[p]"; xdist's loadgroup ends a
+    # grouped test's id with "@GROUP" (after any "[params]"): the file keys it without
+    at = name.rfind("@")
+    if at > name.rfind("]"):
+        name = name[:at]
+    # "tests.test_x.TestK" is class TestK of tests/test_x.py: the module is the last part
+    # named test_*, the parts after it are classes
+    parts = classname.split(".")
+    mod = max(i for i, part in enumerate(parts) if part.startswith("test_") or i == 0)
+    return "::".join(["/".join(parts[: mod + 1]) + ".py", *parts[mod + 1 :], name])
 
 
 def main(argv: list[str]) -> int:

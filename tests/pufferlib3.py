@@ -1,10 +1,10 @@
 """PufferLib 3.0.0, a real trainer we did not write, under the harness on CPU (issue 6):
 what its tests share. The first build of it goes from the PyPI sdist into the harness cache
 (~2-3 min); later runs reuse that build (the cache is the user's, so CI on the same machine
-reuses it too). Its three tests are three modules, so that the test workers run them side by
-side (a module stays on one worker); the build cache's lock makes a second worker wait for
-the first one's build and reuse it, and a marker shared by the workers of one test run
-spares the others even the cache-hit check (it unpacks the sdist: ~4 CPU-s each)."""
+reuses it too). Its three tests are three modules in one xdist group (one worker runs
+them one after the other); the build cache's lock makes any second worker (another
+grouping) wait for the first one's build and reuse it, and a marker shared by the workers
+of one test run spares the others even the cache-hit check (it unpacks the sdist: ~4 CPU-s each)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,15 @@ import pytest
 
 from tests.harness_cli import harness
 
-MARKS = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(1800)]
+# one worker runs the three modules one after the other: the first builds (minutes on a cold
+# cache), the next two reuse it; spread over three workers, two of them sat idle on the lock
+# below for the whole build (~100 s each on 2 cores) while other tests waited for a worker
+MARKS = [
+    pytest.mark.real,
+    pytest.mark.slow,
+    pytest.mark.timeout(1800),
+    pytest.mark.xdist_group("pufferlib3"),
+]
 PIN = ("--pin", "pufferlib-3.0.0")
 # A smaller trainer than the pin's run command (2 x 256 agents, a 64-step horizon: 32,768
 # steps per epoch): 2 x 64 agents and a 32-step horizon, 4,096 steps per epoch. The trainer's

@@ -39,6 +39,9 @@ needs_py_spy = pytest.mark.needs_tool("py-spy", why="only a Python stack shows w
 
 WINDOWS = ["--startup", "60", "--stall", "60", "--timeout", "90", "--quiescent", "2"]
 
+# the two beats tick half a period apart: each wakes to take the GIL while the other sleeps.
+# Beating at the same instants, one was now and then seen waiting for the GIL (a futex wait
+# of other arguments) on a loaded machine, which kept it from ever being excused
 HEARTBEAT_DEADLOCK = """
 import threading, time
 a, b = threading.Lock(), threading.Lock()
@@ -50,14 +53,16 @@ def two():
     with b:
         time.sleep(0.2)
         with a: pass
+def until(phase):  # seconds to the next tick at `phase` of each 0.1 s
+    return 0.1 - (time.monotonic() - phase) % 0.1
 def heartbeat():  # Condition.wait(timeout) in a loop: a timed futex wait
     c = threading.Condition()
     with c:
         while True:
-            c.wait(0.1)
-def ticker():  # while True: time.sleep(0.1): clock_nanosleep
+            c.wait(until(0.0))
+def ticker():  # while True: time.sleep(...): clock_nanosleep
     while True:
-        time.sleep(0.1)
+        time.sleep(until(0.05))
 threading.Thread(target=heartbeat, daemon=True).start()
 threading.Thread(target=ticker, daemon=True).start()
 t1, t2 = threading.Thread(target=one), threading.Thread(target=two)
@@ -183,14 +188,16 @@ def watch(
 # tqdm's monitor or a metrics client keep): their code is in site-packages, not the program's
 LIBRARY_BEAT = """
 import threading, time
+def until(phase):  # seconds to the next tick at `phase` of each 0.1 s
+    return 0.1 - (time.monotonic() - phase) % 0.1
 def heartbeat():  # Condition.wait(timeout) in a loop: a timed futex wait
     c = threading.Condition()
     with c:
         while True:
-            c.wait(0.1)
-def ticker():  # while True: time.sleep(0.1): clock_nanosleep
+            c.wait(until(0.0))
+def ticker():  # while True: time.sleep(...): clock_nanosleep
     while True:
-        time.sleep(0.1)
+        time.sleep(until(0.05))
 """
 
 LIBRARY_HEARTBEAT_DEADLOCK = """

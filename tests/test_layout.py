@@ -5,6 +5,7 @@ with one bad import injected (so `.ci/run` would fail on it)."""
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shutil
 import subprocess
@@ -114,3 +115,15 @@ def test_no_module_imports_another_modules_private_names() -> None:
                 where = path.relative_to(ROOT)
                 found += [f"{where}: {name} from {node.module}" for name in private]
     assert found == []
+
+
+def test_a_module_runs_whole_on_one_worker(request: pytest.FixtureRequest) -> None:
+    """Under xdist (the suite's addopts), a module not marked `spread` is one unit of
+    `--dist loadgroup` (conftest.py), so its module-scoped fixtures (a build cache, a bisect,
+    a set of runs) are made once. xdist carries the group in the node id; a pytest that keeps
+    the id elsewhere makes it drop every group without a word (pytest-dev/pytest-xdist#1386:
+    pytest 9.2), and each fixture is made again on every worker its tests land on."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("the suite's grouping is xdist's: run under -n")
+    assert request.config.getoption("dist") == "no"  # a worker's view: it runs, not schedules
+    assert request.node.nodeid.endswith("@tests/test_layout.py"), request.node.nodeid

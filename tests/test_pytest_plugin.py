@@ -85,7 +85,8 @@ def _junit(path: Path) -> dict[str, tuple[str, str]]:
         if failure is None:
             failure = case.find("error")
         if failure is not None:
-            out[nodeid] = ("failed", (failure.get("message") or "") + (failure.text or ""))
+            # a line between them: the message may end in the report's path (pytest 9.1)
+            out[nodeid] = ("failed", f"{failure.get('message') or ''}\n{failure.text or ''}")
         elif case.find("skipped") is not None:
             out[nodeid] = ("skipped", "")
         else:
@@ -156,7 +157,8 @@ def _check_hangs(s: Session) -> None:
         after = re.search(r"quiescent (\d+\.\d)s into call", message)
         bound = QUIESCENT_S + look_every(QUIESCENT_S) + 1.0
         assert after is not None and float(after.group(1)) < bound, message
-        path = re.search(r"report: (\S+)", message)
+        # xdist quotes a crashed worker's longrepr in the message: `failed on setup with "…"`
+        path = re.search(r'report: ([^\s"]+)', message)
         assert path is not None, message
         report = json.loads((Path(path.group(1)) / "report.json").read_text())
         assert report["mode"] == "pytest"
