@@ -3,8 +3,9 @@ what its tests share. The first build of it goes from the PyPI sdist into the ha
 (~2-3 min); later runs reuse that build (the cache is the user's, so CI on the same machine
 reuses it too). Its three tests are three modules in one xdist group (one worker runs
 them one after the other); the build cache's lock makes any second worker (another
-grouping) wait for the first one's build and reuse it, and a marker shared by the workers
-of one test run spares the others even the cache-hit check (it unpacks the sdist: ~4 CPU-s each)."""
+grouping) wait for the first one's build and reuse it, and a marker shared by the whole
+test run spares the later modules even the cache-hit check (it unpacks the sdist: ~4 CPU-s
+each)."""
 
 from __future__ import annotations
 

@@ -55,17 +55,13 @@ NAMES = {
 Real = tuple[dict[str, doctor.Probe], float, list[psutil.Process]]
 
 
-def _children() -> list[psutil.Process]:
-    return living_descendants()
-
-
 @pytest.fixture(scope="module")
 def real() -> Real:
     """One full run shared by the tests: probes by name, wall time, processes left."""
     start = time.monotonic()
     probes = doctor.run_doctor(timeout_s=10.0)
     wall = time.monotonic() - start
-    return {p.name: p for p in probes}, wall, _children()
+    return {p.name: p for p in probes}, wall, living_descendants()
 
 
 def test_every_probe_reports_a_known_status(
@@ -191,7 +187,7 @@ def test_path_without_gdb_degrades_to_eu_stack(tmp_path: Path) -> None:
     assert probes["openmp"].status == "fail"
     assert probes["openmp-after-fork"].status == "skip"
     assert probes["ptrace"].status == "ok" and "eu-stack" in probes["ptrace"].detail
-    assert _children() == []
+    assert living_descendants() == []
 
 
 @pytest.mark.needs_tool("gdb", why="the ptrace probe's fallback tool")
@@ -207,7 +203,7 @@ def test_path_without_eu_stack_says_gdb_takes_over(tmp_path: Path) -> None:
     if os.geteuid() == 0:
         probe = probe_ptrace(ctx)
         assert probe.status == "ok" and probe.detail.startswith("gdb attached"), probe
-    assert _children() == []
+    assert living_descendants() == []
 
 
 def test_stack_tools_follow_the_sampler_registry() -> None:
@@ -243,7 +239,7 @@ def test_ptrace_denied_gives_the_capability_hint(tmp_path: Path) -> None:
     probe = probe_ptrace(ProbeContext.make(5.0, str(tmp_path)))
     assert probe.status == "fail"
     assert probe.hint == doctor.PTRACE_HINT
-    assert _children() == []
+    assert living_descendants() == []
 
 
 def test_a_hanging_attach_is_cut_off_and_cleaned_up(tmp_path: Path) -> None:
@@ -252,7 +248,7 @@ def test_a_hanging_attach_is_cut_off_and_cleaned_up(tmp_path: Path) -> None:
     probe = probe_ptrace(ProbeContext.make(1.0, f"{tmp_path}:/usr/bin:/bin"))
     assert time.monotonic() - start < 4.0
     assert probe.status == "fail" and "did not attach" in probe.detail
-    assert _children() == []
+    assert living_descendants() == []
 
 
 def test_a_raising_probe_does_not_stop_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -313,14 +309,14 @@ def test_started_waits_for_ready_and_kills_the_session(python_exe: str) -> None:
         assert psutil.pid_exists(target.pid) and psutil.pid_exists(kid)
     assert target.proc.returncode == -signal.SIGKILL
     assert not _running(kid)
-    assert _children() == []
+    assert living_descendants() == []
 
 
 def test_started_kills_and_reaps_when_the_block_raises() -> None:
     with pytest.raises(RuntimeError, match="probe bug"), started(["sleep", "30"]) as target:
         raise RuntimeError("probe bug")
     assert target.proc.returncode == -signal.SIGKILL
-    assert _children() == []
+    assert living_descendants() == []
 
 
 def test_started_limit_kills_a_child_whose_block_hangs() -> None:
@@ -332,7 +328,7 @@ def test_started_limit_kills_a_child_whose_block_hangs() -> None:
         assert not _running(target.pid)  # killed by the limit, not yet reaped
         assert 0.25 < time.monotonic() - start < 3
     assert target.proc.returncode == -signal.SIGKILL
-    assert _children() == []
+    assert living_descendants() == []
 
 
 def test_started_ready_times_out(python_exe: str) -> None:
@@ -342,7 +338,7 @@ def test_started_ready_times_out(python_exe: str) -> None:
     ) as t:
         assert not t.ready and t.output == b""
         assert 0.25 < time.monotonic() - start < 3
-    assert _children() == []
+    assert living_descendants() == []
 
 
 def _running(pid: int) -> bool:

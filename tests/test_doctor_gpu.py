@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from harness import doctor
@@ -35,10 +34,6 @@ HIDDEN = 'raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n
 # blocked for real in pipe_read: the process holds the write end and never writes
 BLOCKED = "import os\n_r, _w = os.pipe()\nos.read(_r, 1)\n"
 CRASHED = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"
-
-
-def _children() -> list[psutil.Process]:
-    return living_descendants()
 
 
 def _fake_torch(folder: Path, body: str) -> ProbeContext:
@@ -72,7 +67,7 @@ def test_with_torch_and_no_device_every_gpu_probe_skips() -> None:
     # one child (gpu:cuda-init) decides; the others start none
     assert all(probes[n].duration_s < 0.5 for n in GPU_NAMES[1:])
     assert time.monotonic() - start < 20
-    assert _children() == []
+    assert living_descendants() == []
 
 
 @pytest.mark.skipif(not NO_DEVICE, reason="torch sees a GPU here: see the GPU-host test")
@@ -95,7 +90,7 @@ def test_on_a_gpu_host_every_check_passes() -> None:
     assert "contents match" in probes["gpu:pinned-async"].detail
     assert "GFLOP/s" in probes["gpu:cublas"].detail
     assert "util/gpu_percent" in probes["gpu:nvml-values"].detail
-    assert _children() == []
+    assert living_descendants() == []
 
 
 def test_without_torch_the_doctor_says_so(tmp_path: Path) -> None:
@@ -130,7 +125,7 @@ def test_a_hanging_check_is_killed_at_its_limit(tmp_path: Path, check: str) -> N
     assert "timed out after" in probe.detail and f"limit {limit:g}s" in probe.detail
     assert limit <= elapsed < limit + 3.0
     assert probe.hint == torchgpu._WEDGED_HINT
-    assert _children() == []
+    assert living_descendants() == []
 
 
 def test_a_hanging_cuda_init_skips_the_device_checks(tmp_path: Path) -> None:
@@ -147,14 +142,14 @@ def test_a_hanging_cuda_init_skips_the_device_checks(tmp_path: Path) -> None:
     # NVML may answer when CUDA does not: it gets its own child (which hangs here too)
     assert probes["gpu:nvml-values"].status == "fail"
     assert time.monotonic() - start < 2 * limit + 6.0
-    assert _children() == []
+    assert living_descendants() == []
 
 
 def test_a_crashing_child_is_a_failure_not_an_exception(tmp_path: Path) -> None:
     probe = torchgpu.run_check("cublas", _fake_torch(tmp_path, CRASHED))
     assert probe.status == "fail", probe
     assert "died without a verdict: exit -11" in probe.detail
-    assert _children() == []
+    assert living_descendants() == []
 
 
 def test_an_unknown_check_is_refused() -> None:

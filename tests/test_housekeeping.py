@@ -39,11 +39,30 @@ needs_py_spy = pytest.mark.needs_tool("py-spy", why="only a Python stack shows w
 
 WINDOWS = ["--startup", "60", "--stall", "60", "--timeout", "90", "--quiescent", "2"]
 
-# the two beats tick half a period apart: each wakes to take the GIL while the other sleeps.
-# Beating at the same instants, one was now and then seen waiting for the GIL (a futex wait
-# of other arguments) on a loaded machine, which kept it from ever being excused
-HEARTBEAT_DEADLOCK = """
+# two heartbeat threads: Condition.wait(timeout) in a loop (a timed futex wait) and
+# time.sleep in a loop (clock_nanosleep). They tick half a period apart: each wakes to take
+# the GIL while the other sleeps. Beating at the same instants, one was now and then seen
+# waiting for the GIL (a futex wait of other arguments) on a loaded machine, which kept it
+# from ever being excused
+BEATS = """
 import threading, time
+def until(phase):  # seconds to the next tick at `phase` of each 0.1 s
+    return 0.1 - (time.monotonic() - phase) % 0.1
+def heartbeat():
+    c = threading.Condition()
+    with c:
+        while True:
+            c.wait(until(0.0))
+def ticker():
+    while True:
+        time.sleep(until(0.05))
+"""
+
+
+def deadlock_beside(beats: str) -> str:
+    """A lock-order deadlock of two threads beside the heartbeats `beats`.heartbeat and
+    `beats`.ticker (`beats` empty: the program's own functions)."""
+    return f"""
 a, b = threading.Lock(), threading.Lock()
 def one():
     with a:
@@ -53,21 +72,15 @@ def two():
     with b:
         time.sleep(0.2)
         with a: pass
-def until(phase):  # seconds to the next tick at `phase` of each 0.1 s
-    return 0.1 - (time.monotonic() - phase) % 0.1
-def heartbeat():  # Condition.wait(timeout) in a loop: a timed futex wait
-    c = threading.Condition()
-    with c:
-        while True:
-            c.wait(until(0.0))
-def ticker():  # while True: time.sleep(...): clock_nanosleep
-    while True:
-        time.sleep(until(0.05))
-threading.Thread(target=heartbeat, daemon=True).start()
-threading.Thread(target=ticker, daemon=True).start()
+threading.Thread(target={beats}heartbeat, daemon=True).start()
+threading.Thread(target={beats}ticker, daemon=True).start()
 t1, t2 = threading.Thread(target=one), threading.Thread(target=two)
 t1.start(); t2.start(); t1.join(); t2.join()
 """
+
+
+# the heartbeats are the program's own code
+HEARTBEAT_DEADLOCK = BEATS + deadlock_beside("")
 
 # CPython's Pool.map never returns when a worker is SIGKILLed (the OOM killer's shape). Its
 # worker handler polls the sentinels with no timeout; the stack dump's attach interrupts that
@@ -188,38 +201,11 @@ def watch(
 
 # the same deadlock beside heartbeats that a library runs (a package's helper threads, as
 # tqdm's monitor or a metrics client keep): their code is in site-packages, not the program's
-LIBRARY_BEAT = """
-import threading, time
-def until(phase):  # seconds to the next tick at `phase` of each 0.1 s
-    return 0.1 - (time.monotonic() - phase) % 0.1
-def heartbeat():  # Condition.wait(timeout) in a loop: a timed futex wait
-    c = threading.Condition()
-    with c:
-        while True:
-            c.wait(until(0.0))
-def ticker():  # while True: time.sleep(...): clock_nanosleep
-    while True:
-        time.sleep(until(0.05))
-"""
-
 LIBRARY_HEARTBEAT_DEADLOCK = """
 import os, sys, threading, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "site-packages"))
 import beat
-a, b = threading.Lock(), threading.Lock()
-def one():
-    with a:
-        time.sleep(0.2)
-        with b: pass
-def two():
-    with b:
-        time.sleep(0.2)
-        with a: pass
-threading.Thread(target=beat.heartbeat, daemon=True).start()
-threading.Thread(target=beat.ticker, daemon=True).start()
-t1, t2 = threading.Thread(target=one), threading.Thread(target=two)
-t1.start(); t2.start(); t1.join(); t2.join()
-"""
+""" + deadlock_beside("beat.")
 
 
 @pytest.mark.slow
@@ -233,7 +219,7 @@ t1.start(); t2.start(); t1.join(); t2.join()
 )
 def test_real_hangs_get_the_early_verdict(tmp_path: Path, code: str, housekeeping: int) -> None:
     (tmp_path / "site-packages").mkdir()
-    (tmp_path / "site-packages" / "beat.py").write_text(LIBRARY_BEAT)
+    (tmp_path / "site-packages" / "beat.py").write_text(BEATS)
     res = watch(tmp_path, code)
     report = res.report
     v = report["verdict"]

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from harness.process import proctree
+from harness.process import proctree, zygote_server
 from harness.stats import wilson
 from tests.harness_cli import ROOT, harness
 
@@ -36,7 +36,7 @@ def aggregate_of(root: Path) -> tuple[Path, dict[str, Any]]:
 def _is_harness(argv: list[str]) -> bool:
     """`python -m harness ...` or a zygote (whose forks show its argv), by argv, not by a
     substring: the checkout's own path may contain "harness"."""
-    return argv[1:3] == ["-m", "harness"] or argv[1:3] == ["-m", "harness.process.zygote_server"]
+    return argv[1:3] in (["-m", "harness"], ["-m", zygote_server.__name__])
 
 
 def _watched(p: psutil.Process) -> bool:

@@ -5,7 +5,6 @@ runs of a real deadlocked C program, and the parent that owns it is SIGKILLed fo
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -22,7 +21,7 @@ import pytest
 from harness.outcome import USAGE, Kind, exit_code, interrupted_code
 from harness.pipeline.children import ZYGOTE_ENTRY, ZYGOTE_PRELOAD
 from harness.process.zygote import DISABLE_VAR, Zygote
-from tests.harness_cli import ROOT, only_report_dir, wait_for_trainer
+from tests.harness_cli import ROOT, only_report_dir, trainer_of, wait_for_trainer
 
 pytestmark = [pytest.mark.timeout(120)]
 PROGRAM = str(ROOT / "harness" / "__main__.py")
@@ -51,17 +50,6 @@ def spawn(z: Zygote, *args: str, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
     )
     assert child is not None, "the zygote refused the run"
     return child  # type: ignore[return-value]  # the Popen subset the tests use
-
-
-def running(pid: int, exe: str) -> list[psutil.Process]:
-    """The descendants of `pid` that run `exe` (one that ends meanwhile is left out)."""
-    found = []
-    with contextlib.suppress(psutil.Error):
-        for p in psutil.Process(pid).children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if p.exe() == exe:
-                    found.append(p)
-    return found
 
 
 def gone(pid: int, timeout: float = 10.0) -> bool:
@@ -151,14 +139,14 @@ def test_nothing_outlives_a_sigkilled_parent(
         assert parent.stdout is not None
         zygote_pid, child_pid = map(int, parent.stdout.readline().split())
         deadline = time.monotonic() + 60
-        while not (trainers := running(child_pid, program)):
+        while not (trainer := trainer_of(child_pid, tmp_path)):
             assert time.monotonic() < deadline, "the run's trainer never started"
             time.sleep(0.05)
         parent.kill()
         parent.wait()
         assert gone(zygote_pid), "the zygote outlived its parent"
         assert gone(child_pid), "the forked run outlived the zygote"
-        assert all(gone(t.pid) for t in trainers), "the run's trainer outlived it"
+        assert gone(trainer.pid), "the run's trainer outlived it"
     finally:
         parent.kill()
         parent.wait()
