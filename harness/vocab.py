@@ -38,6 +38,9 @@ class Trigger(StrEnum):
     INTERRUPT = "interrupt"  # the harness itself was interrupted
     # `harness attach`: its window ended before the tree was quiescent (judged from stacks)
     DURATION = "duration"
+    # a set of blocked threads that only each other could wake (the wake graph), stable for
+    # the confirmation window, even while the rest of the run keeps running
+    CLOSED = "closed"
 
 
 class StackToolName(StrEnum):
@@ -95,6 +98,20 @@ class WaitKind(StrEnum):
     # only a periodic timed wake-up, negligible CPU, nothing changed: a housekeeping thread
     # that does not hold back the verdict of a tree otherwise blocked on itself
     HOUSEKEEPING = "housekeeping"
+
+
+class WakeEnd(StrEnum):
+    """Where a wake chain ends (execute/wakegraph.py): why nothing ends the first wait."""
+
+    CYCLE = "cycle"  # back to a thread already on the chain: they wait for each other
+    NOBODY = "nobody"  # no live thread could end the wait (a private futex, its only thread)
+    DEAD = "dead"  # the thread or process that would end it has exited
+    RUNNING = "running"  # a thread that runs: the program's code is busy there
+    TIMED = "timed"  # a thread asleep on a timer: a sleep, or a polling loop
+    OUTSIDE = "outside"  # a peer outside the run, or anyone (a listening socket, a path)
+    STOPPED = "stopped"  # a stopped or traced process (state T, t)
+    UNINTERRUPTIBLE = "uninterruptible"  # state D: the kernel, disk or a driver
+    UNKNOWN = "unknown"  # what it waits on cannot be read
 
 
 class EventKind(StrEnum):

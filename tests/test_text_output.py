@@ -54,7 +54,9 @@ def test_paths_are_whole_and_report_md_has_no_reprs(tmp_path: Path) -> None:
 @pytest.mark.timeout(90)
 def test_no_sample_hang_points_at_files_that_exist(tmp_path: Path) -> None:
     root = deep(tmp_path)
-    argv = ["watch", "--no-sample", "--startup", "2", "--stall", "2", "--report-dir", str(root)]
+    # --quiescent 0: a window's trigger (the early verdicts name no window)
+    argv = ["watch", "--no-sample", "--startup", "2", "--stall", "2", "--quiescent", "0"]
+    argv += ["--report-dir", str(root)]
     res = harness(*argv, "--", sys.executable, str(PROGRAMS / "py_deadlock.py"), report_root=root)
     assert res.code == 2, res.stdout + res.stderr
     assert res.report_dir is not None

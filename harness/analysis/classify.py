@@ -7,6 +7,7 @@ Stack patterns are data (harness/data/signatures.toml for runtimes, the pin's
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field
@@ -56,6 +57,9 @@ class Verdict:
     blame_skipped: str = ""  # why there is no blame, when a hang was located
     # who waits for whom: "pid 100 waits for child pid 101, which is blocked in <location>"
     waits_for: str = ""
+    # the wake chain (execute/wakegraph.py): from the thread the user sees waiting, who alone
+    # could end each wait, to where it ends ("… → ends: dead: tid 12 …")
+    wake_chain: str = ""
     # the harness command that tests the pin's fixes on this run ("harness compare ENV
     # --variants stock,omp-free,fixed ..."); "" when the pin names no fix
     compare: str = ""
@@ -285,6 +289,30 @@ def classify_quiescent(samples: SampleSet | None, reason: str, sigs: Signatures)
     return verdict
 
 
+def classify_closed(samples: SampleSet | None, reason: str, sigs: Signatures) -> Verdict:
+    """A closed set of the wake graph: a deadlock of the set's threads, located in them;
+    the rest of the run may have been running (it is not what hangs)."""
+    members = {(p, t) for p, t in samples.wake.closed} if samples and samples.wake else set()
+    if samples is None or not members:
+        return classify_quiescent(samples, reason, sigs)
+    pids = {p for p, _ in members}
+    # the set's threads, and the exited threads of its processes (a main thread that
+    # returned while others keep the process alive: exit-blocked)
+    done = {(w.pid, w.tid) for w in samples.waits if w.pid in pids and w.kind is WaitKind.DONE}
+    keep = members | done
+    inside = dataclasses.replace(
+        samples,
+        stacks=[s for s in samples.stacks if (s.pid, s.tid) in keep],
+        activity=[a for a in samples.activity if (a.pid, a.tid) in keep],
+        waits=[w for w in samples.waits if (w.pid, w.tid) in keep],
+        lock_cycles=[c for c in samples.lock_cycles if c.pid in pids],
+    )
+    verdict = classify_quiescent(inside, reason, sigs)
+    assert samples.wake is not None
+    verdict.evidence.insert(1, f"wake chain: {samples.wake.text()}")
+    return verdict
+
+
 # ---------------------------------------------------------------- exits
 
 
@@ -336,6 +364,8 @@ def classify(
         return Verdict(Kind.INTERRUPTED, f"interrupted: {reason}", evidence=[reason])
     if trigger is Trigger.QUIESCENT:
         return classify_quiescent(samples, reason, sigs)
+    if trigger is Trigger.CLOSED:
+        return classify_closed(samples, reason, sigs)
     if trigger is Trigger.WALL and progressing:
         return Verdict(
             Kind.TIMEOUT_PROGRESSING,

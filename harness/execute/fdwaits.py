@@ -36,6 +36,12 @@ class Wait:
     peers: tuple[int, ...] = ()
     idle: bool = False
     pending: str = ""
+    # the wake graph (wakegraph.py): the processes any thread of which could end this wait,
+    # or (`owners`, narrower) the very threads that can (a mutex's owner); `resolved` says
+    # the list is all of them, read from the kernel's facts, with nothing outside
+    wakers: tuple[int, ...] = ()
+    owners: tuple[tuple[int, int], ...] = ()
+    resolved: bool = False
 
 
 @dataclass
@@ -57,6 +63,17 @@ class TreeFacts:
     writable: set[tuple[int, int]] = field(default_factory=set)  # (pid, fd) open for writing
     timers: dict[int, str] = field(default_factory=dict)  # pid → "catches SIGALRM", ...
     compat: set[int] = field(default_factory=set)  # 32-bit processes
+    # the wake graph's facts (wakefacts.py) for fds that are neither pipes nor TCP sockets:
+    # (pid, fd) → the tree pids that alone could end a wait on it (an eventfd's holders, a
+    # pidfd's process, a lock's holders), and what it is; absent: outside or unknown
+    fd_wakers: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
+    fd_what: dict[tuple[int, int], str] = field(default_factory=dict)
+    timerfds: dict[tuple[int, int], bool] = field(default_factory=dict)  # (pid, fd) → armed
+    # (pid, futex address) → the tree pids mapping a shared futex's page (none outside)
+    futex_wakers: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
+    # (pid, tid) → the (pid, tid) owning the pthread mutex it waits for (sampling.locks)
+    owners: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    owner_notes: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
 def pipe_inode(target: str) -> int | None:
@@ -85,7 +102,7 @@ def rw_wait(name: str, fd: int, pid: int, reading: bool, facts: TreeFacts | None
         return Wait(WaitKind.UNKNOWN, f"{name} on fd {fd}: unreadable")
     ino = pipe_inode(target)
     if ino is None:
-        return Wait(WaitKind.OUTSIDE, f"{name} on fd {fd} ({target})", on=target)
+        return _other_fd_wait(name, fd, pid, target, facts)
     on, end = f"pipe:[{ino}]", "writer" if reading else "reader"
     inside, outside = _pipe_end(ino, reading, facts)
     peers = tuple(sorted(inside))
@@ -98,7 +115,34 @@ def rw_wait(name: str, fd: int, pid: int, reading: bool, facts: TreeFacts | None
         what = f"{name} on pipe {ino}, written only by the tree (pid {inside[0]})"
     else:
         what = f"{name} to a full pipe {ino}, read only by the tree (pid {inside[0]})"
-    return Wait(WaitKind.TREE, what, on=on, peers=peers)
+    return Wait(WaitKind.TREE, what, on=on, peers=peers, wakers=peers, resolved=True)
+
+
+def _other_fd_wait(name: str, fd: int, pid: int, target: str, facts: TreeFacts) -> Wait:
+    """A read, write, recv or send on an fd that is not a pipe: on the tree when its other
+    end is held only by the tree (a connected socket's peer, an eventfd's holders)."""
+    sock = socket_inode(target)
+    if sock is not None and sock in facts.socket_peers:
+        peers = tuple(sorted(facts.socket_peers[sock]))
+        what = f"{name} on {target}, whose peer only the tree holds (pid {peers[0]})"
+        return Wait(WaitKind.TREE, what, on=target, peers=peers, wakers=peers, resolved=True)
+    wakers = facts.fd_wakers.get((pid, fd))
+    told = facts.fd_what.get((pid, fd), target)
+    if wakers is not None:
+        what = f"{name} on fd {fd} ({told}), which only the tree can end"
+        return Wait(WaitKind.TREE, what, on=target, peers=wakers, wakers=wakers, resolved=True)
+    return Wait(WaitKind.OUTSIDE, f"{name} on fd {fd} ({told})", on=target)
+
+
+def fd_wait(name: str, fd: int, pid: int, facts: TreeFacts | None) -> Wait:
+    """A wait on one fd that is not a read or a write: a file lock (flock, fcntl F_SETLKW),
+    ended by its holders; on the tree when every holder is in the tree."""
+    if facts is None:
+        return Wait(WaitKind.UNKNOWN, f"{name} on fd {fd}: not looked at", fd=fd, pending="lock")
+    target = facts.fds.get((pid, fd))
+    if target is None:
+        return Wait(WaitKind.UNKNOWN, f"{name} on fd {fd}: unreadable")
+    return _other_fd_wait(name, fd, pid, target, facts)
 
 
 # poll family: (name, timeout argument index, "int" (ms, < 0 forever) or "ptr" (NULL forever))
@@ -149,7 +193,9 @@ def _fd_peers(pid: int, fd: int, events: int, facts: TreeFacts) -> tuple[str, li
     sock = socket_inode(target)
     if sock is not None and sock in facts.socket_peers:
         return target, list(facts.socket_peers[sock])
-    return f"fd {fd} ({target}): not a pipe or a socket of the tree"
+    if (pid, fd) in facts.fd_wakers:
+        return facts.fd_what.get((pid, fd), target), list(facts.fd_wakers[(pid, fd)])
+    return f"fd {fd} ({facts.fd_what.get((pid, fd), target)}): not ended by the tree alone"
 
 
 def poll_wait(name: str, args: Sequence[int], pid: int, tid: int, facts: TreeFacts | None) -> Wait:
@@ -170,6 +216,11 @@ def poll_wait(name: str, args: Sequence[int], pid: int, tid: int, facts: TreeFac
     ons: list[str] = []
     peers: set[int] = set()
     for fd, events in watched:
+        armed = facts.timerfds.get((pid, fd))
+        if armed is not None:
+            if armed:  # the timer ends the wait by itself: a timed poll
+                timed, form = True, "a timerfd armed"
+            continue  # a disarmed timerfd never fires: it wakes nothing
         found = _fd_peers(pid, fd, events, facts)
         if isinstance(found, str):
             return Wait(WaitKind.OUTSIDE, f"{name} ({form}): {found}")
@@ -178,4 +229,5 @@ def poll_wait(name: str, args: Sequence[int], pid: int, tid: int, facts: TreeFac
     on = ",".join(dict.fromkeys(ons))
     what = f"{name} ({form}) on {len(watched)} fd(s), each with only the tree at the other end"
     kind = WaitKind.TIMED if timed else WaitKind.TREE
-    return Wait(kind, what, on=on, peers=tuple(sorted(peers)), idle=timed)
+    wakers = tuple(sorted(peers))
+    return Wait(kind, what, on=on, peers=wakers, idle=timed, wakers=wakers, resolved=not timed)

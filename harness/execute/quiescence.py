@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from harness.execute.fdwaits import POLLS, TreeFacts, Wait, poll_wait, rw_wait
+from harness.execute.fdwaits import POLLS, TreeFacts, Wait, fd_wait, poll_wait, rw_wait
 from harness.execute.housekeeping import Look, candidate, housekeepers
 from harness.execute.syscalls import AARCH64, X86_64, SyscallTable, syscall_name, table_for
 from harness.sampling.model import ProcessSample, Snapshot, ThreadSample, ThreadWait
@@ -64,7 +64,18 @@ def _signed32(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def _futex(args: Sequence[int]) -> Wait:
+_FUTEX_PRIVATE = 128
+# fcntl(2) commands that wait for a lock: F_SETLKW (POSIX), F_OFD_SETLKW (open file description)
+_F_SETLKW, _F_OFD_SETLKW = 7, 38
+# the socket calls that wait like a read or a write on their fd
+_SOCKET_READS = ("recvfrom", "recvmsg")
+_SOCKET_WRITES = ("sendto", "sendmsg")
+
+
+def _futex(args: Sequence[int], key: tuple[int, int], facts: TreeFacts | None) -> Wait:
+    """A futex wait, with who could wake it (the wake graph): a private futex only its own
+    process (FUTEX_PRIVATE_FLAG: the kernel keys it on the address space), a shared one the
+    processes mapping its page; a pthread mutex only its owner."""
     cmd = args[1] & ~_FUTEX_FLAGS & 0xFFFFFFFF
     name = _FUTEX_WAITS.get(cmd)
     if name is None:
@@ -72,7 +83,18 @@ def _futex(args: Sequence[int]) -> Wait:
     on = f"futex:{args[0]:#x}"
     if args[3]:
         return Wait(TIMED, f"futex wait with a timeout ({name})", on=on, idle=True)
-    return Wait(TREE, f"futex wait, no timeout ({name})", on=on)
+    what = f"futex wait, no timeout ({name})"
+    pid = key[0]
+    owner = facts.owners.get(key) if facts is not None else None
+    if owner is not None:
+        what += f": a pthread mutex held by tid {owner[1]}"
+        return Wait(TREE, what, on=on, wakers=(owner[0],), owners=(owner,), resolved=True)
+    if args[1] & _FUTEX_PRIVATE:
+        return Wait(TREE, what, on=on, wakers=(pid,), resolved=True)
+    shared = facts.futex_wakers.get((pid, args[0])) if facts is not None else None
+    if shared is not None:
+        return Wait(TREE, what, on=on, wakers=shared, resolved=True)
+    return Wait(TREE, what, on=on)
 
 
 def _children(snap: Snapshot, pid: int) -> list[int]:
@@ -92,12 +114,15 @@ def _wait_child(name: str, args: Sequence[int], proc: ProcessSample, snap: Snaps
     if target is not None:
         on = f"child:{target}"
         if target in children:
-            return Wait(TREE, f"{name} for child {target} (in the tree)", on=on, peers=(target,))
+            what = f"{name} for child {target} (in the tree)"
+            kid = (target,)
+            return Wait(TREE, what, on=on, peers=kid, wakers=kid, resolved=True)
         return Wait(OUTSIDE, f"{name} for pid {target}, not a child seen in the tree", on=on)
     if children:
         listed = ", ".join(map(str, children[:8]))
         what = f"{name} for any child ({listed}: in the tree)"
-        return Wait(TREE, what, on="child:any", peers=tuple(children))
+        kids = tuple(children)
+        return Wait(TREE, what, on="child:any", peers=kids, wakers=kids, resolved=True)
     return Wait(OUTSIDE, f"{name} with no child seen in the tree", on="child:any")
 
 
@@ -129,11 +154,11 @@ def thread_wait(
     name = table.name(int(th.syscall))
     args = th.syscall_args
     if name == "futex":
-        return _futex(args)
+        return _futex(args, (proc.pid, th.tid), facts)
     if name == "futex_waitv":
         if args[3]:
             return Wait(TIMED, "futex_waitv with a timeout", idle=True)
-        return Wait(TREE, "futex_waitv, no timeout")
+        return Wait(TREE, "futex_waitv, no timeout")  # its futexes' wakers are not read
     if name in ("nanosleep", "clock_nanosleep"):
         return Wait(TIMED, name, idle=True)
     if name == "restart_syscall":  # not seen before the interruption (`continued`)
@@ -146,7 +171,11 @@ def thread_wait(
         return rw_wait(name, int(args[0]), proc.pid, name.startswith("read"), facts)
     if name in POLLS:
         return poll_wait(name, args, proc.pid, th.tid, facts)
-    return Wait(OUTSIDE, name)  # recv, accept, pause, sigwait, ...
+    if name in _SOCKET_READS or name in _SOCKET_WRITES:
+        return rw_wait(name, int(args[0]), proc.pid, name in _SOCKET_READS, facts)
+    if name == "flock" or (name == "fcntl" and args[1] in (_F_SETLKW, _F_OFD_SETLKW)):
+        return fd_wait(name, int(args[0]), proc.pid, facts)
+    return Wait(OUTSIDE, name)  # accept, connect, openat, pause, sigwait, semop, ...
 
 
 # ---------------------------------------------------------------- restarted syscalls
@@ -252,6 +281,11 @@ def needs_facts(
 def pending_fds(waits: Sequence[tuple[ThreadWait, Wait]]) -> list[tuple[int, int]]:
     """(pid, fd) of the reads and writes whose fd is to be looked at."""
     return [(tw.pid, w.fd) for tw, w in waits if w.pending == "fd" and w.fd is not None]
+
+
+def pending_locks(waits: Sequence[tuple[ThreadWait, Wait]]) -> list[tuple[int, int]]:
+    """(pid, fd) of the file-lock waits (flock, fcntl F_SETLKW) whose holders are to be read."""
+    return [(tw.pid, w.fd) for tw, w in waits if w.pending == "lock" and w.fd is not None]
 
 
 def pending_polls(waits: Sequence[tuple[ThreadWait, Wait]]) -> list[tuple[int, int]]:

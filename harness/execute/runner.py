@@ -204,10 +204,23 @@ def _sample(
     return samples, time.monotonic() - t0
 
 
-def _confirm(watch: WatchLoop, samples: SampleSet | None) -> str | None:
-    """Quiescence holds after the stack dump (None), or why not; its time in the samples."""
+def closed_words(members: frozenset[tuple[int, int]]) -> str:
+    """A closed set in words: "3 threads of pids 10, 11"."""
+    if not members:
+        return ""
+    pids = sorted({p for p, _ in members})
+    shown = ", ".join(map(str, pids[:6])) + (" …" if len(pids) > 6 else "")
+    n = len(members)
+    return f"{n} thread{'s' if n > 1 else ''} of pid{'s' if len(pids) > 1 else ''} {shown}"
+
+
+def _confirm(watch: WatchLoop, fired: Trigger, samples: SampleSet | None) -> str | None:
+    """An early trigger (quiescent, closed) holds after the stack dump (None), or why not;
+    its time in the samples. The windows' triggers need no confirmation."""
+    if fired not in (Trigger.QUIESCENT, Trigger.CLOSED):
+        return None
     t0 = time.monotonic()
-    why = watch.confirm(samples)
+    why = watch.confirm(samples) if fired is Trigger.QUIESCENT else watch.confirm_closed()
     if samples is not None:
         samples.timings["confirm"] = time.monotonic() - t0
     return why
@@ -311,6 +324,9 @@ def _watched(
         pump.start()
         dog.resync(start, _boottime())
         watch = WatchLoop(proc.pid, start, quiescence=limits.quiescent_s > 0)
+        # this process's children before the launch (the reaper, a load): any other child
+        # of ours was adopted from the run (we are its subreaper) and is watched
+        watch.tree.own = set(before)
         if on_started is not None:
             on_started(proc.pid)
         output_size, output_at = 0, None
@@ -330,6 +346,7 @@ def _watched(
             watch.tick(now, output_at)
             _remember(watch.new_pids(), seen)
             dog.quiet(watch.quiet_since)
+            dog.closed(watch.closed_since, closed_words(watch.closed_members))
             fired = dog.check(now)
             if on_tick is not None and (fired is not None or now >= next_tick):
                 next_tick = now + TICK_S
@@ -350,12 +367,14 @@ def _watched(
                 progressing = dog.progressing(now)
                 if sampling.enabled:
                     samples, sampling_s = _sample(proc.pid, sampling, watch, start)
-                why = _confirm(watch, samples) if fired is Trigger.QUIESCENT else None
+                why = _confirm(watch, fired, samples)
                 if why is not None:
-                    # the tree moved after all: no verdict from quiescence, watch on
-                    watch.notes.append(f"quiescence not confirmed after the stack dump: {why}")
+                    # the tree moved after all: no early verdict, watch on
+                    what = "quiescence" if fired is Trigger.QUIESCENT else "the closed set"
+                    watch.notes.append(f"{what} not confirmed after the stack dump: {why}")
                     watch.reset_quiet()
                     dog.quiet(None)
+                    dog.closed(None)
                     samples, sampling_s = None, 0.0
                     trigger, reason = Trigger.EXIT, "exited"
                     dog.resync(time.monotonic(), _boottime())  # the dump is no pause

@@ -13,6 +13,7 @@ import struct
 import time
 from collections.abc import Iterable, Sequence
 
+from harness.execute import wakeread
 from harness.execute.fdwaits import POLLIN, POLLOUT, POLLPRI, TreeFacts, pipe_inode, socket_inode
 from harness.execute.syscalls import SyscallTable
 from harness.sampling import procfs
@@ -104,18 +105,7 @@ def _tcp_table(pid: int) -> dict[int, tuple[str, str, str]]:
     return out
 
 
-def _holders(pids: Iterable[int], targets: set[str]) -> dict[str, list[int]]:
-    found: dict[str, list[int]] = {t: [] for t in targets}
-    for pid in pids:
-        try:
-            names = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for name in names:
-            t = procfs.fd_target(pid, int(name)) if name.isdigit() else None
-            if t in found and pid not in found[t]:
-                found[t].append(pid)
-    return found
+_holders = wakeread.holders
 
 
 class FactReader:
@@ -158,7 +148,12 @@ class FactReader:
         fds: Sequence[tuple[int, int]],
         polls: Sequence[tuple[int, int]],
         compat: set[int],
+        locked: Sequence[tuple[int, int]] = (),
+        futexes: bool = False,
     ) -> TreeFacts:
+        """The facts of the fds of reads and writes (`fds`), of polls (`polls`: (pid, tid)),
+        of lock waits (`locked`: (pid, fd)), and (`futexes`) the owners and wakers of the
+        tree's futex waits (the wake graph)."""
         facts = TreeFacts(compat=set(compat))
         tree = [p.pid for p in snap.processes]
         self._expire(frozenset(tree))
@@ -199,7 +194,26 @@ class FactReader:
         sockets = {ino for t in targets if (ino := socket_inode(t)) is not None}
         if sockets:
             facts.socket_peers = self._socket_peers(sockets, tree)
+        others = [key for key in wanted if pipe_inode(facts.fds.get(key, "")) is None]
+        for key in locked:
+            target = procfs.fd_target(*key)
+            if target is not None:
+                facts.fds[key] = target
+        wakeread.fd_facts(facts, others, tree, self.outside_holders)
+        wakeread.lock_facts(facts, list(locked), tree, self.outside_holders)
+        if futexes and table is not None:
+            nr = next((n for n, name in table.names.items() if name == "futex"), None)
+            wakeread.futex_facts(facts, snap, nr)
         return facts
+
+    def outside_holders(self, targets: set[str]) -> dict[str, list[int]]:
+        """The processes outside the tree holding an fd on each of `targets`, kept like the
+        pipe scan (while the tree's processes stay the same, at most refresh_s)."""
+        if self._outside_sockets is None or not targets <= self._outside_sockets.keys():
+            self._scanned()
+            others = [p for p in procfs.all_pids() if p not in self._tree]
+            self._outside_sockets = {**(self._outside_sockets or {}), **_holders(others, targets)}
+        return {t: self._outside_sockets.get(t, []) for t in targets}
 
     def _outside_pipes(
         self, inodes: set[int], tree: set[int]

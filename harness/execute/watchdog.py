@@ -31,6 +31,8 @@ __all__ = ["DEFAULT_QUIESCENT_S", "Limits", "Pause", "Trigger", "Watchdog", "pau
 # Long enough that a healthy tree is never caught between two wake-ups (the rule already
 # excludes every timed or outside wait), short enough to beat any startup window.
 DEFAULT_QUIESCENT_S = 5.0
+# a closed set of the wake graph (closedwatch.py) must hold this long (and over its looks)
+CLOSED_CONFIRM_S = 1.0
 
 # A gap between looks of PAUSE_CADENCES cadences, and never less than PAUSE_FLOOR_S, is a
 # pause: a loaded machine delays a 0.1 s poll by a fraction of a second, never by seconds.
@@ -100,6 +102,9 @@ class Watchdog:
     last_progress_at: float | None = None
     progress_events: int = 0
     quiet_since: float | None = None
+    # since when a closed set of the wake graph has held, and the set in words
+    closed_since: float | None = None
+    closed_words: str = ""
     pause_after_s: float = PAUSE_FLOOR_S  # a longer gap between looks is a pause
     pauses: list[Pause] = field(default_factory=list)  # the first MAX_PAUSES
     pauses_total: int = 0
@@ -152,6 +157,18 @@ class Watchdog:
         """The tree has been quiescent since `since` (None: it is not)."""
         self.quiet_since = since
 
+    def closed(self, since: float | None, words: str = "") -> None:
+        """A closed set of the wake graph has held since `since` (None: there is none)."""
+        self.closed_since, self.closed_words = since, words
+
+    def _closed_for(self, now: float) -> float:
+        if self.closed_since is None:
+            return -1.0
+        since = self.closed_since
+        if self.resumed_at is not None:
+            since = max(since, self.resumed_at)
+        return now - since
+
     def progress(self, now: float) -> None:
         if self.first_progress_at is None:
             self.first_progress_at = now
@@ -172,6 +189,8 @@ class Watchdog:
             return None
         if self._quiet_for(now) >= self.limits.quiescent_s > 0:
             return Trigger.QUIESCENT
+        if self.limits.quiescent_s > 0 and self._closed_for(now) >= CLOSED_CONFIRM_S:
+            return Trigger.CLOSED
         if self.last_progress_at is None:
             started = self.watched(self.started_at, now)
             return Trigger.STARTUP if started >= self.limits.startup_s else None
@@ -243,6 +262,13 @@ class Watchdog:
             return (
                 f"every thread blocked on the tree for {self._quiet_for(now):.1f}s "
                 f"(no CPU, no output; quiescence window {self.limits.quiescent_s:g}s)"
+            )
+        if trigger is Trigger.CLOSED:
+            return (
+                f"{self.closed_words or 'a set of threads'}: "
+                "nothing outside the set could wake it, "
+                f"unchanged for {self._closed_for(now):.1f}s (a closed set of the wake graph; "
+                f"confirmation {CLOSED_CONFIRM_S:g}s)"
             )
         if trigger is Trigger.WALL:
             paused = f", {self.paused_s:.1f}s of it paused" if self.pauses_total else ""

@@ -13,16 +13,14 @@ MAX_EVENTS process events.
 
 from __future__ import annotations
 
-import os
 import platform
 import resource
 import time
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-import psutil
-
+from harness.execute import wakegraph
+from harness.execute.closedwatch import ClosedWatch, by_key, settled
 from harness.execute.housekeeping import Look, library_frames, stack_check
 from harness.execute.quiescence import (
     HOUSEKEEPING,
@@ -36,6 +34,7 @@ from harness.execute.quiescence import (
     judge,
     needs_facts,
     pending_fds,
+    pending_locks,
     pending_polls,
     syscall_name,
     table_for,
@@ -43,19 +42,19 @@ from harness.execute.quiescence import (
     woke,
 )
 from harness.execute.treefacts import FactReader, process_io
-from harness.process import signals
+from harness.execute.treewalk import MAX_EVENTS, TreeWalk, describe_status
 from harness.sampling import procfs
 from harness.sampling.model import (
     ProcessEvent,
-    ProcessSample,
     SampleSet,
     Snapshot,
-    ThreadSample,
     ThreadWait,
     TimelinePoint,
+    WakeChain,
     WatchInfo,
 )
-from harness.vocab import EventKind
+
+__all__ = ["MAX_EVENTS", "WATCH_INTERVAL_S", "WatchLoop", "describe_status"]
 
 # 0.25 s: the quiescence verdict comes at most this late, the last second before a trigger
 # holds 4-5 snapshots (CPU use per thread without sampling anew), and a 64-thread tree
@@ -64,36 +63,9 @@ WATCH_INTERVAL_S = 0.25
 RECENT_SNAPSHOTS = 24
 TIMELINE_POINTS = 120
 POINT_THREADS = 256
-MAX_EVENTS = 1000
 OPEN_FILES = 512  # /proc files kept open (at most a quarter of the fd limit)
 ACTIVITY_WINDOW_S = 1.0  # the history a trigger's sample takes its CPU activity from
 CONFIRM_TRIES = 6  # a tracer that just detached may leave a thread runnable for a moment
-_STATUS = {
-    "R": "running",
-    "S": "sleeping",
-    "D": "disk-sleep",
-    "T": "stopped",
-    "t": "tracing-stop",
-    "Z": "zombie",
-    "X": "dead",
-    "I": "idle",
-}
-
-
-@dataclass
-class _Known:
-    ppid: int
-    name: str
-    exe: str
-    cmdline: list[str]
-    is_python: bool
-    bits32: bool
-    exited: bool = False
-
-
-def describe_status(status: int) -> str:
-    """A wait status as words: "exited 0", "killed by SIGKILL (core dumped)"."""
-    return signals.from_wait_status(status).words()
 
 
 class WatchLoop:
@@ -123,13 +95,9 @@ class WatchLoop:
         self.recent: deque[tuple[Snapshot, TimelinePoint]] = deque(maxlen=RECENT_SNAPSHOTS)
         self.history: list[TimelinePoint] = []
         self._spacing = interval
-        self.events: list[ProcessEvent] = []
-        self.events_dropped = 0
         self.notes: list[str] = []
         self.snapshots = 0
         self.cpu_s = 0.0
-        self._known: dict[int, _Known] = {}
-        self._births: list[int] = []
         self._next = launched_at
         self._since: float | None = None  # start of the quiet run, seconds since launch
         self._waits: list[tuple[ThreadWait, Wait]] = []
@@ -145,13 +113,41 @@ class WatchLoop:
         # threads of a watcher's own inside the tree (the pytest plugin's listener): left
         # out of the rule, kept in the timeline and the stacks
         self.ignore: set[tuple[int, int]] = set()
-        # processes never walked into (nor their descendants): a watcher that a subreaper
-        # in the tree adopted (the pytest plugin's, when pytest is a subreaper)
-        self.skip: set[int] = set()
-        self._no_children_file = False
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         limit = OPEN_FILES if soft == resource.RLIM_INFINITY else min(OPEN_FILES, soft // 4)
         self.files = procfs.ProcFiles(limit)
+        self.tree = TreeWalk(root_pid, launched_at, self.files, self.notes)
+        # the wake graph's closed set over consecutive looks (closedwatch), the waits as the
+        # last look judged them with facts, and the threads each process has lost
+        self._closed = ClosedWatch()
+
+    @property
+    def events(self) -> list[ProcessEvent]:
+        return self.tree.events
+
+    @property
+    def events_dropped(self) -> int:
+        return self.tree.events_dropped
+
+    @property
+    def skip(self) -> set[int]:
+        """Processes never walked into (TreeWalk.skip)."""
+        return self.tree.skip
+
+    @skip.setter
+    def skip(self, pids: set[int]) -> None:
+        self.tree.skip = pids
+
+    @property
+    def closed_since(self) -> float | None:
+        """time.monotonic() since which a closed set of the wake graph has held (once it
+        has held for closedwatch.CLOSED_LOOKS looks), or None."""
+        since = self._closed.ready_since() if self.judging else None
+        return None if since is None else self.launched_at + since
+
+    @property
+    def closed_members(self) -> frozenset[tuple[int, int]]:
+        return self._closed.members
 
     # ------------------------------------------------------------ the runner's interface
 
@@ -172,7 +168,8 @@ class WatchLoop:
     def take(self, now: float | None = None, output_at: float | None = None) -> Snapshot:
         cpu0 = time.thread_time()
         now = time.monotonic() if now is None else now
-        snap = Snapshot(t=round(now - self.launched_at, 3), processes=self._walk(now))
+        snap = Snapshot(t=round(now - self.launched_at, 3), processes=self.tree.walk(now))
+        self.tree.note_threads(snap)
         judged, self._calls, restarted = continued(self._judged_part(snap), self.table, self._calls)
         quiet = self._judge(judged, self._judged, output_at, restarted)
         self._judged = judged
@@ -184,8 +181,7 @@ class WatchLoop:
 
     def new_pids(self) -> list[int]:
         """Processes first seen since the last call (for the runner's kill list)."""
-        births, self._births = self._births, []
-        return births
+        return self.tree.new_pids()
 
     def recent_window(self, seconds: float = ACTIVITY_WINDOW_S) -> list[Snapshot]:
         snaps = [s for s, _ in self.recent]
@@ -194,16 +190,14 @@ class WatchLoop:
         return [s for s in snaps if s.t >= snaps[-1].t - seconds - 1e-6]
 
     def root_exited(self, returncode: int, now: float) -> None:
-        known = self._known.get(self.root)
-        if known is not None and not known.exited:
-            known.exited = True
-            self._event(now, EventKind.EXIT, self.root, known, signals.from_returncode(returncode))
+        self.tree.root_exited(returncode, now)
 
     def close(self) -> None:
         self.files.close()
 
     def reset_quiet(self) -> None:
         self._since = None
+        self._closed.reset()
         self._facts.reset()
         self._looks.clear()  # housekeeping needs consecutive looks, too
 
@@ -221,7 +215,7 @@ class WatchLoop:
                 time.sleep(0.05)
             raw = self._judged_part(
                 Snapshot(
-                    round(time.monotonic() - self.launched_at, 3), self._walk(time.monotonic())
+                    round(time.monotonic() - self.launched_at, 3), self.tree.walk(time.monotonic())
                 )
             )
             # the dump's tracer interrupted the waits: a poll resumes as restart_syscall
@@ -239,6 +233,49 @@ class WatchLoop:
             return moved if moved is not None else self._confirm_stacks(hk, samples)
         return why
 
+    def confirm_closed(self) -> str | None:
+        """After the stack dump, for a closed-set trigger: None when the set is still closed
+        on fresh facts (outside holders scanned afresh) and its threads are as they were
+        (a tracer's attach forgiven), else why not."""
+        members = self._closed.members
+        why = "not checked"
+        for attempt in range(CONFIRM_TRIES):
+            if attempt:
+                time.sleep(0.05)
+            now = time.monotonic()
+            raw = self._judged_part(Snapshot(round(now - self.launched_at, 3), self.tree.walk(now)))
+            snap, _, restarted = continued(raw, self.table, self._calls)
+            self._facts.reset()
+            self._read_runs(snap)
+            first = tree_waits(snap, self.table, restarted=restarted)
+            waits, _ = self._judge_facts(snap, first, list(self._looks), restarted)
+            keyed = by_key(waits)
+            closed = wakegraph.closed_set(snap, keyed)
+            if not members <= closed:
+                out = sorted(members - closed)[0]
+                w = keyed.get(out)
+                why = f"tid {out[1]} is no longer in a closed set: {w.what if w else 'gone'}"
+                continue
+            moved = self._closed.confirm(snap)
+            if moved is not None:
+                return moved
+            self._waits, self._judged = waits, snap
+            return None
+        return why
+
+    def wake_chain(self) -> WakeChain | None:
+        """The chain from the thread the user sees waiting to its end, over the last look's
+        waits (execute/wakegraph.py); None before any look."""
+        snap = self._judged
+        if snap is None or self.table is None:
+            return None
+        waits = by_key(self._waits)
+        closed = self._closed.members or wakegraph.closed_set(snap, waits)
+        start = wakegraph.start_of(snap, waits, self.root, closed)
+        if start is None:
+            return None
+        return wakegraph.chain(snap, waits, start, self.root, closed, self.tree.gone)
+
     def _confirm_stacks(
         self, excused: list[tuple[int, int]], samples: SampleSet | None
     ) -> str | None:
@@ -246,7 +283,7 @@ class WatchLoop:
         withdraws it for the rest of the run, and with it the verdict."""
         stacks = samples.stacks if samples is not None else []
         for key in excused:
-            known = self._known.get(key[0])
+            known = self.tree.known(key[0])
             why = stack_check(key, stacks, known is not None and known.is_python)
             if why is not None:
                 self._withdrawn.add(key)
@@ -275,6 +312,7 @@ class WatchLoop:
             cpu_s=round(self.cpu_s, 3),
             events_dropped=self.events_dropped,
         )
+        samples.wake = self.wake_chain()
         samples.notes.extend(n for n in self.notes if n not in samples.notes)
 
     def timeline(self) -> list[TimelinePoint]:
@@ -292,123 +330,6 @@ class WatchLoop:
         ]
         return replace(snap, processes=procs)
 
-    # ------------------------------------------------------------ reading the tree
-
-    def _roots(self) -> list[int]:
-        """The root, and orphans of the tree this process (the subreaper) adopted."""
-        adopted = []
-        me = os.getpid()
-        for tid in procfs.task_ids(me):
-            for child in procfs.task_children(me, tid) or []:
-                known = self._known.get(child)
-                if child != self.root and known is not None and not known.exited:
-                    adopted.append(child)
-        return [self.root, *adopted]
-
-    def _walk(self, now: float) -> list[ProcessSample]:
-        out: list[ProcessSample] = []
-        stack: list[tuple[int, int | None]] = [(pid, None) for pid in reversed(self._roots())]
-        seen: set[int] = set()
-        while stack:
-            pid, parent = stack.pop()
-            if pid in seen or pid in self.skip:
-                continue
-            seen.add(pid)
-            found = self._read_process(pid, parent, now)
-            if found is None:
-                continue
-            proc, children = found
-            out.append(proc)
-            stack.extend((c, pid) for c in reversed(children))
-        self.files.sweep({(p.pid, t.tid) for p in out for t in p.threads})
-        for pid, known in self._known.items():
-            if pid not in seen and not known.exited:
-                known.exited = True
-                self._event(now, EventKind.EXIT, pid, known, signals.UNKNOWN)
-        return out
-
-    def _children(self, pid: int, tids: Iterable[int]) -> list[int]:
-        if self._no_children_file:
-            return _psutil_children(pid)
-        children: list[int] = []
-        for tid in tids:
-            found = procfs.task_children(pid, tid, self.files)
-            if found is None:
-                self._no_children_file = True
-                self.notes.append("no /proc/PID/task/TID/children: the tree is read via psutil")
-                return _psutil_children(pid)
-            children += found
-        return children
-
-    def _read_process(
-        self, pid: int, parent: int | None, now: float
-    ) -> tuple[ProcessSample, list[int]] | None:
-        tids = procfs.task_ids(pid)
-        threads = [t for tid in tids if (t := procfs.read_thread(pid, tid, self.files))]
-        if not threads:
-            return None
-        main = next((t for t in threads if t.tid == pid), threads[0])
-        known = self._known.get(pid)
-        reborn = known is not None and known.exited and main.state not in "ZX"  # pid reused
-        if known is None or reborn:
-            known = self._learn(pid, parent, threads)
-            self._births.append(pid)
-            self._event(now, EventKind.START, pid, known, None)
-        elif known.name != main.name:  # exec'd since
-            known = self._learn(pid, parent, threads, known)
-        self._known[pid] = known
-        if main.state == "Z" and all(t.state in "ZX" for t in threads) and not known.exited:
-            known.exited = True
-            status = procfs.zombie_status(pid)
-            ending = signals.from_wait_status(status) if status is not None else signals.UNKNOWN
-            self._event(now, EventKind.EXIT, pid, known, ending)
-        proc = ProcessSample(
-            pid=pid,
-            ppid=known.ppid,
-            name=main.name,
-            exe=known.exe,
-            cmdline=known.cmdline,
-            status=_STATUS.get(main.state, main.state),
-            is_python=known.is_python,
-            threads=threads,
-        )
-        return proc, self._children(pid, [t.tid for t in threads])
-
-    def _learn(
-        self,
-        pid: int,
-        parent: int | None,
-        threads: list[ThreadSample],
-        old: _Known | None = None,
-    ) -> _Known:
-        ppid = parent if parent is not None else procfs.process_ppid(pid)
-        live = procfs.live_tid(pid, threads)
-        exe, cmdline = procfs.exe_cmdline(pid, live) if live is not None else ("", [])
-        main = next((t for t in threads if t.tid == pid), threads[0])
-        return _Known(
-            ppid=ppid if ppid is not None else (old.ppid if old else 0),
-            name=main.name,
-            exe=exe,
-            cmdline=cmdline,
-            is_python=procfs.is_python(exe, cmdline),
-            bits32=procfs.is_32bit(pid),
-            exited=old.exited if old else False,
-        )
-
-    def _event(
-        self, now: float, kind: EventKind, pid: int, known: _Known, end: signals.Ending | None
-    ) -> None:
-        """A start (`end` None) or an exit, with how it ended as data and as words."""
-        if len(self.events) >= MAX_EVENTS:
-            self.events_dropped += 1
-            return
-        t = round(now - self.launched_at, 3)
-        event = ProcessEvent(t, kind, pid, known.ppid, known.name)
-        if end is not None:
-            event.status = end.words()
-            event.exit_code, event.signal, event.status_known = end.exit_code, end.signal, end.known
-        self.events.append(event)
-
     # ------------------------------------------------------------ judging
 
     def _judge(
@@ -422,13 +343,19 @@ class WatchLoop:
             return False
         waits = tree_waits(snap, self.table, restarted=restarted)
         look = Look(snap, {(tw.pid, tw.tid): w for tw, w in waits})
-        if self.judging and needs_facts(waits, self._withdrawn):
+        with_facts = self.judging and (
+            needs_facts(waits, self._withdrawn) or settled(waits, prev, snap)
+        )
+        if with_facts:
             self._read_runs(snap)
             waits, look = self._judge_facts(snap, waits, list(self._looks), restarted)
         self._waits = waits
         self._looks.append(look)
         if not self.judging:
             return False
+        # the wake graph: a set of threads only each other can wake, judged on facts only
+        closed = wakegraph.closed_set(snap, by_key(waits)) if with_facts else frozenset()
+        self._closed.look(snap, closed)
         quiet = is_blocked(waits)
         out = None if output_at is None else output_at - self.launched_at
         hk = [(tw.pid, tw.tid) for tw, _ in waits if tw.kind == HOUSEKEEPING]
@@ -450,9 +377,15 @@ class WatchLoop:
         restarted: set[tuple[int, int]],
     ) -> tuple[list[tuple[ThreadWait, Wait]], Look]:
         """The waits by the whole rule: the facts of the fds, timers and I/O read."""
-        compat = {p.pid for p in snap.processes if (k := self._known.get(p.pid)) and k.bits32}
+        compat = {p.pid for p in snap.processes if (k := self.tree.known(p.pid)) and k.bits32}
         facts: TreeFacts = self._facts.read(
-            snap, self.table, pending_fds(first), pending_polls(first), compat
+            snap,
+            self.table,
+            pending_fds(first),
+            pending_polls(first),
+            compat,
+            locked=pending_locks(first),
+            futexes=True,
         )
         live = [p.pid for p in snap.processes if any(t.state not in "ZX" for t in p.threads)]
         io = process_io(live)
@@ -478,11 +411,3 @@ class WatchLoop:
         if len(self.history) > TIMELINE_POINTS:
             self.history = self.history[::2]
             self._spacing *= 2
-
-
-def _psutil_children(pid: int) -> list[int]:
-    """Direct children without /proc/.../children (kernels without CONFIG_PROC_CHILDREN)."""
-    try:
-        return [c.pid for c in psutil.Process(pid).children()]
-    except psutil.Error:
-        return []

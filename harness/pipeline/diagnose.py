@@ -55,6 +55,9 @@ def diagnose(
     v.causes = causesmod.diagnose(facts, rules)
     v.compare = compare
     v.waits_for = _waits_for(report)
+    wake = report.samples.wake if report.samples is not None else None
+    if v.kind is Kind.HANG and wake is not None:
+        v.wake_chain = wake.text()
     if v.kind is Kind.HANG and v.location:
         _blame(report, pin, checkout, commit)
 

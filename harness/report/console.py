@@ -160,6 +160,8 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
             table.add_row("frames", shown(" → ".join(v.location_frames[-6:])))
         if v.waits_for:
             table.add_row("waits", shown(v.waits_for))
+        if v.wake_chain:
+            table.add_row("chain", shown(v.wake_chain))
         if v.causes:
             top = v.causes[0]
             table.add_row(

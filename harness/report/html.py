@@ -93,6 +93,7 @@ def verdict_block(r: Report) -> str:
             ("location", f"<code>{escape(v.location)}</code>" if v.location else ""),
             ("frames", code(" → ".join(v.location_frames))),
             ("runtime", escape(" ← ".join(v.runtime))),
+            ("chain", escape(v.wake_chain)),
         ]
     t = r.timings
     trigger = r.trigger or ""

@@ -67,6 +67,8 @@ def render_report(r: Report) -> str:
             lines.append(f"- frames: {code(' → '.join(v.location_frames))}")
         if v.waits_for:
             lines.append(f"- waits: {md(v.waits_for)}")
+        if v.wake_chain:
+            lines.append(f"- chain: {md(v.wake_chain)}")
         if v.causes:
             lines += ["", "## Causes", ""]
             for c in v.causes:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.sampling.ranks import ProcessRank
-from harness.vocab import EventKind, StackToolName, WaitKind
+from harness.vocab import EventKind, StackToolName, WaitKind, WakeEnd
 
 
 @dataclass
@@ -124,6 +124,41 @@ class ThreadWait:
 
 
 @dataclass
+class WakeLink:
+    """One thread of a wake chain: what it waits on and who alone could end it."""
+
+    pid: int
+    tid: int
+    name: str  # the thread's name (comm)
+    what: str  # the wait, in words (ThreadWait.what)
+    on: str = ""
+    wakers: list[int] = field(default_factory=list)  # the processes that could end it
+    note: str = ""  # how the process belongs to the run, when it left the tree
+
+
+@dataclass
+class WakeChain:
+    """The chain from the thread the user sees waiting to where it ends (the wake graph,
+    execute/wakegraph.py): each link waits on something only the next can end."""
+
+    links: list[WakeLink]
+    end: WakeEnd
+    end_what: str  # the end, in words
+    end_pid: int | None = None
+    end_tid: int | None = None
+    # the closed set (a trigger `closed`, or found at another trigger): [pid, tid] pairs
+    closed: list[list[int]] = field(default_factory=list)
+
+    def text(self) -> str:
+        """`pid 1 tid 1 (python) waits on … held by pid 2 → … → ends: nobody: …`."""
+        parts = [
+            f"pid {k.pid} tid {k.tid} ({k.name}) {k.what}" + (f" [{k.note}]" if k.note else "")
+            for k in self.links
+        ]
+        return " → ".join([*parts, f"ends: {self.end.value}: {self.end_what}"])
+
+
+@dataclass
 class WatchInfo:
     """How the run was watched before the trigger."""
 
@@ -206,6 +241,9 @@ class SampleSet:
     lock_cycles: list[LockCycle] = field(default_factory=list)
     # each rank's place in a distributed job (sampling/ranks.py), read while the processes live
     ranks: list[ProcessRank] = field(default_factory=list)
+    # who could wake the waiting threads, from the first waiting thread to the end of the
+    # chain (execute/wakegraph.py); None without a watch loop or when nothing waits
+    wake: WakeChain | None = None
 
 
 def to_json(s: SampleSet) -> dict[str, Any]:
