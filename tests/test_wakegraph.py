@@ -12,6 +12,7 @@ from harness.execute import quiescence as q
 from harness.execute import wakefacts, wakegraph
 from harness.execute.closedwatch import CLOSED_LOOKS, ClosedWatch
 from harness.execute.watchdog import CLOSED_CONFIRM_S, Limits, Trigger, Watchdog
+from harness.pipeline import diagnose
 from harness.sampling.model import ProcessSample, Snapshot, ThreadSample
 from harness.vocab import WakeEnd
 
@@ -302,3 +303,15 @@ def test_proc_locks_lines_are_parsed() -> None:
         ("POSIX", 12, 77, False),
     ]
     assert locks[0].dev == "fe:00"
+
+
+def test_a_thread_that_died_is_read_from_the_output() -> None:
+    tail = [
+        "Exception in thread Thread-1 (produce):",
+        "Traceback (most recent call last):",
+        '  File "/x.py", line 3, in produce',
+        "ValueError: bad row 7",
+        "working...",
+    ]
+    assert diagnose.thread_died(tail) == "Thread-1 (produce): ValueError: bad row 7"
+    assert diagnose.thread_died(["Exception in thread: nothing", "ok"]) == ""

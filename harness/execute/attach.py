@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from harness.execute.runner import SampleOptions
+from harness.execute.watchdog import CLOSED_CONFIRM_S
 from harness.execute.watchloop import WATCH_INTERVAL_S, WatchLoop
 from harness.process import proctree
 from harness.sampling.model import SampleSet
@@ -170,6 +171,17 @@ class Observer:
     def quiescent(self, now: float | None = None) -> bool:
         return self.quiescent_s > 0 and self.quiet_for(now) >= self.quiescent_s
 
+    def closed(self, now: float | None = None) -> bool:
+        """A closed set of the wake graph has held for its confirmation window."""
+        since = self.loop.closed_since
+        if self.quiescent_s <= 0 or since is None:
+            return False
+        return (time.monotonic() if now is None else now) - since >= CLOSED_CONFIRM_S
+
+    def confirm_closed(self) -> str | None:
+        """The closed set still holds after the stack dump (None), or why not."""
+        return self.loop.confirm_closed()
+
     def sample(self, sampling: SampleOptions, refusal: str | None) -> SampleSet:
         """Stacks now (/proc only when tracing is refused), CPU activity from the loop's
         recent looks."""
@@ -203,7 +215,7 @@ class Observer:
 
     def wait_quiescent(self, duration_s: float) -> str:
         """Look until the tree is quiescent, the root exits or `duration_s` passes; which
-        of "quiescent", "exit", "duration" happened."""
+        of "quiescent", "closed", "exit", "duration" happened."""
         end = self.started + duration_s
         while True:
             now = time.monotonic()
@@ -212,6 +224,8 @@ class Observer:
             self.look(now)
             if self.quiescent(now):
                 return "quiescent"
+            if self.closed(now):
+                return "closed"
             if now >= end:
                 return "duration"
             time.sleep(min(POLL_S, WATCH_INTERVAL_S, max(0.0, end - now)))

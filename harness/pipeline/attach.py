@@ -30,7 +30,7 @@ from harness.execute.attach import (
     visible,
     written_since,
 )
-from harness.execute.runner import SampleOptions
+from harness.execute.runner import SampleOptions, closed_words
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S, Limits
 from harness.outcome import USAGE, Kind
 from harness.pipeline.diagnose import diagnose
@@ -133,10 +133,12 @@ def diagnose_tree(
     """Sample the tree now and put the verdict and its causes in `report`. A quiescent
     trigger is confirmed after the dump: False (nothing recorded) when the tree moved."""
     samples = obs.sample(sampling, refusal) if sampling.enabled else None
-    if trigger is Trigger.QUIESCENT and samples is not None:
-        why = obs.confirm(samples)
+    if trigger in (Trigger.QUIESCENT, Trigger.CLOSED) and samples is not None:
+        quiet = trigger is Trigger.QUIESCENT
+        why = obs.confirm(samples) if quiet else obs.confirm_closed()
         if why is not None:
-            obs.loop.notes.append(f"quiescence not confirmed after the stack dump: {why}")
+            what = "quiescence" if quiet else "the closed set"
+            obs.loop.notes.append(f"{what} not confirmed after the stack dump: {why}")
             obs.reset()
             return False
     if samples is not None:
@@ -203,6 +205,12 @@ def _watch(opts: AttachOptions, report: Report) -> list[psutil.Process]:
                 if diagnose_tree(report, obs, Trigger.QUIESCENT, reason, opts.sampling, refusal):
                     break
                 continue  # it moved after all: watch on, within the duration
+            if what == "closed":
+                members = closed_words(obs.loop.closed_members)
+                reason = f"{members}: nothing outside the set could wake it (a closed set)"
+                if diagnose_tree(report, obs, Trigger.CLOSED, reason, opts.sampling, refusal):
+                    break
+                continue
             grew = written_since(written, tree_written(tree_pids(opts.pid)))
             if grew:
                 report.trigger = Trigger.DURATION.value

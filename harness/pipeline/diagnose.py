@@ -4,6 +4,8 @@ OpenMP pragma above it (source/blame.py)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness.analysis import causes as causesmod
@@ -16,7 +18,7 @@ from harness.outcome import Kind
 from harness.report.model import Report
 from harness.source import blame as blamemod
 from harness.source.git import locate_checkout
-from harness.vocab import SourceKind
+from harness.vocab import SourceKind, WakeEnd
 
 
 def compare_command(report: Report, pin: Pin | None, compare_args: str = "") -> str:
@@ -57,9 +59,31 @@ def diagnose(
     v.waits_for = _waits_for(report)
     wake = report.samples.wake if report.samples is not None else None
     if v.kind is Kind.HANG and wake is not None:
+        if wake.end is WakeEnd.NOBODY:
+            died = thread_died(report.progress.output_tail)
+            if died:  # a helper thread that would have ended the wait died before a look
+                wake.end = WakeEnd.DEAD
+                wake.end_what += f"; the output shows a thread that died: {died}"
         v.wake_chain = wake.text()
     if v.kind is Kind.HANG and v.location:
         _blame(report, pin, checkout, commit)
+
+
+_THREAD_DIED = re.compile(r"^Exception in thread (.{1,120}?):\s*$")
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*)$")
+
+
+def thread_died(tail: Sequence[str]) -> str:
+    """A Python thread that ended with an uncaught exception, from the output
+    (threading.excepthook's `Exception in thread NAME:` and the traceback's last line):
+    `Thread-1 (produce): ValueError: bad row`; "" when the output shows none."""
+    for i, line in enumerate(tail):
+        m = _THREAD_DIED.match(line.strip())
+        if m is None:
+            continue
+        last = next((x.strip() for x in tail[i + 1 : i + 60] if _EXCEPTION.match(x.strip())), "")
+        return f"{m.group(1)}: {last}" if last else m.group(1)
+    return ""
 
 
 def _waits_for(report: Report) -> str:
