@@ -3,6 +3,7 @@ mocks); a normal run leaves no reaper; the reaper kills only what it recorded.""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -13,13 +14,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import psutil
 import pytest
 
 from harness.errors import HarnessError
 from harness.execute import runner
-from harness.process import reaper
+from harness.process import pdeathsig, reaper, reaper_serve
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +54,7 @@ def _reapers_of(harness_pid: int) -> list[psutil.Process]:
 
 
 def _is_reaper(cmdline: list[str]) -> bool:
-    return any(a.endswith(os.path.join("process", "reaper.py")) for a in cmdline)
+    return any(a.endswith(os.path.join("process", "reaper_serve.py")) for a in cmdline)
 
 
 def _session_members(sid: int) -> list[int]:
@@ -174,7 +176,7 @@ def test_reaper_kills_only_the_watched_tree(token: str) -> None:
         print(f"reaper startup: {guard.startup_s * 1000:.0f} ms")
         guard.watch(watched.pid)
         _wait_for(lambda: len(_sleeps(token)) == 3, 10, "the sleeps")
-        time.sleep(2 * reaper.POLL_S)
+        time.sleep(2 * reaper_serve.POLL_S)
         os.close(guard.ctl)  # as if the harness died
         guard.ctl = None
         assert guard.proc is not None and guard.proc.wait(timeout=10) == 0
@@ -198,7 +200,7 @@ def test_the_cookie_finds_an_orphan_no_scan_saw(token: str) -> None:
     orphan = subprocess.Popen(["sleep", f"942.{token}"], env=env, start_new_session=True)
     stranger = _own_session(["sleep", f"943.{token}"])
     try:
-        tracker = reaper.Tracker(root.pid, cookie)
+        tracker = reaper_serve.Tracker(root.pid, cookie)
         tracker.scan()
         assert orphan.pid not in tracker.known  # no ancestry, no session: a plain scan misses it
         assert tracker.kill_all(deadline_s=2) == 2
@@ -215,7 +217,7 @@ def test_release_kills_nothing(token: str) -> None:
     guard = reaper.start()
     try:
         guard.watch(watched.pid)
-        time.sleep(2 * reaper.POLL_S)
+        time.sleep(2 * reaper_serve.POLL_S)
         guard.release()
         assert guard.proc is not None and guard.proc.returncode == 0
         assert watched.poll() is None
@@ -231,8 +233,8 @@ def test_a_recycled_pid_is_never_killed(token: str) -> None:
     root = _own_session(["sleep", f"931.{token}"])
     victim = _own_session(["sleep", f"932.{token}"])
     try:
-        tracker = reaper.Tracker(root.pid)
-        st = reaper.read_stat(victim.pid)
+        tracker = reaper_serve.Tracker(root.pid)
+        st = reaper_serve.read_stat(victim.pid)
         assert st is not None
         tracker.known[victim.pid] = st[3] + 1  # the same pid, a different start time
         assert not tracker.signal(victim.pid, signal.SIGKILL)
@@ -257,3 +259,26 @@ def test_pdeathsig_wrapper_reports_a_missing_command(tmp_path: Path) -> None:
     with pytest.raises(HarnessError, match="command not found: /no/such/program"):
         runner._launch(spec, guard)
     assert guard.proc is not None and guard.proc.returncode == 0  # released, killed nothing
+
+
+@pytest.mark.parametrize("script", [reaper_serve, pdeathsig], ids=lambda m: m.__name__)
+def test_the_scripts_import_the_standard_library_only(script: ModuleType) -> None:
+    """The reaper and the exec wrapper run as `python -I -S FILE`: no site, no harness
+    package on the path, so an import of ours (even one inside a function, met only when
+    the harness has died) would fail exactly when they are needed. Every import statement,
+    at any depth, names a standard-library module; and each script starts bare, saying its
+    usage (exit 2) on wrong arguments."""
+    path = Path(str(script.__file__))
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path.name}: a relative import"
+            imported.add((node.module or "").split(".")[0])
+    assert "os" in imported  # the walk sees the imports
+    assert sorted(imported - sys.stdlib_module_names - {"__future__"}) == []
+    res = subprocess.run(
+        [sys.executable, "-I", "-S", str(path)], capture_output=True, text=True, timeout=30
+    )
+    assert res.returncode == 2 and "usage:" in res.stderr, res.stderr
