@@ -9,34 +9,23 @@ the same build cache), for the failure the Reproduce step saw (its kind at its l
 the commits tested while searching back are not run again by the bisect. Before each commit
 the budget left must cover one commit's test (the slowest seen so far, or a prior from the
 Reproduce step); a budget that ends the search leaves what was learned, never an error.
+What is sought is read in `history_sought`; the commits tested are kept in `history_hunt`.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.bisect.model import (
-    AUTO,
-    BAD,
-    GOOD,
-    BisectOptions,
-    BisectResult,
-    Repeat,
-    Setup,
-    StepRecord,
-)
-from harness.bisect.search import Search, finish, prepare, save
-from harness.bisect.steps import expected, setup_for, shown, try_commit
+from harness.bisect.model import BAD, GOOD, BisectOptions, BisectResult, StepRecord
+from harness.bisect.search import finish, prepare, save
+from harness.bisect.steps import expected, setup_for, shown
 from harness.config.defaults import default_pin
-from harness.config.hostprofile import load_host
-from harness.config.pin import UNVERIFIED, Pin, load_pin
+from harness.config.pin import Pin, load_pin
 from harness.errors import HarnessError, Interrupted
-from harness.execute.conditions import HostConditions
-from harness.pipeline.options import RunOptions
 from harness.report.live import LiveProgress
 from harness.report.reading import read_report_json
 from harness.source.gitrepo import (
@@ -44,195 +33,16 @@ from harness.source.gitrepo import (
     CommitInfo,
     commit_info,
     git_result,
-    head_commit,
     is_ancestor,
     resolve,
 )
 from harness.stats import Rate
+from harness.triage import history_sought as sought
+from harness.triage.history_hunt import Hunt, OutOfBudget, ReusingBisect
 from harness.triage.model import Step, StepName, StepStatus, TriageOptions, TriageResult
 from harness.vocab import BisectRole, BisectStatus, SourceKind
 
-PRIOR_COMMIT_S = 30.0  # one commit's test (build + run) before any was timed here
-# the Reproduce step's verdict kind → what makes a commit bad (bisect's --expect)
-EXPECT_OF = {
-    "hang": "hang",
-    "crash": "crash",
-    "error-exit": "crash",
-    "check-failed": "check-failed",
-}
 NOT_REPRODUCED, NO_GOOD = "not-reproduced", "no-good"  # result["status"] besides bisect's
-
-
-class _OutOfBudget(Exception):
-    """The budget left does not cover one more commit's test."""
-
-
-@dataclass
-class _Hunt:
-    """The commits tested so far (by sha), the time left, and what one test costs."""
-
-    setup: Setup
-    deadline: float
-    estimate_s: float
-    progress: LiveProgress
-    back: Path  # the search back's run folders
-    known: dict[str, StepRecord] = field(default_factory=dict)
-    made: list[StepRecord] = field(default_factory=list)  # tested here, in order
-    searched: list[dict[str, Any]] = field(default_factory=list)  # result["searched"]
-    timed: list[float] = field(default_factory=list)
-    bad_rate: Rate | None = None
-
-    def fits(self) -> bool:
-        return time.monotonic() + self.estimate_s <= self.deadline
-
-    def label(self, what: str) -> None:
-        self.progress.label = f"harness triage {self.setup.opts.run.env} [history: {what}]"
-
-    def test(self, commit: CommitInfo, role: BisectRole) -> StepRecord:
-        """A commit tested once per triage: a second ask is answered from what it showed."""
-        if commit.sha in self.known:
-            return self.known[commit.sha]
-        if not self.fits():
-            raise _OutOfBudget
-        started = time.monotonic()
-        variant = self.setup.opts.run.variant
-        rec = try_commit(self.setup, commit, role, 0, variant, self.back, self.bad_rate)
-        self.record(rec, started)
-        return rec
-
-    def note(self, rec: StepRecord, how: str, back: int | None = None) -> StepRecord:
-        row = {"sha": rec.commit.sha, "classification": rec.classification, "how": how}
-        self.searched.append(row if back is None else {**row, "back": back})
-        return rec
-
-    def record(self, rec: StepRecord, started: float) -> None:
-        self.known[rec.commit.sha] = rec
-        self.made.append(rec)
-        # the slowest commit seen: a hang costs its startup window and sampling, a pass an
-        # epoch; the prior is only a guess until one was timed here
-        self.timed.append(time.monotonic() - started)
-        self.estimate_s = max(self.timed)
-
-
-class _Bisect(Search):
-    """bisect.search's search, told what the search back already learned: a commit tested
-    there is answered from its record (relabelled), and the search starts at the nearest
-    failing commit found. `lo`/`hi`/`skipped` are kept so a budget that ends the search
-    still gives the range left."""
-
-    def __init__(self, result: BisectResult, hunt: _Hunt) -> None:
-        super().__init__(result)
-        self.hunt = hunt
-        self.lo, self.hi = -1, len(result.candidates) - 1
-        self.skipped: set[int] = set()
-
-    def test(self, index: int, role: BisectRole) -> StepRecord:
-        res = self.result
-        commit = res.good if index < 0 else res.candidates[index]
-        known = self.hunt.known.get(commit.sha)
-        if known is None:
-            if not self.hunt.fits():
-                raise _OutOfBudget
-            started = time.monotonic()
-            step = super().test(index, role)
-            self.hunt.record(step, started)
-            return step
-        step = replace(known, role=role, index=index)
-        res.steps.append(step)
-        self.tested[index] = step
-        save(res)
-        return step
-
-    def search(self) -> None:
-        cands = self.result.candidates
-        bads = [i for i, c in enumerate(cands[:-1]) if _is(self.hunt.known.get(c.sha), BAD)]
-        if bads:  # the nearest failing commit of the search back: nothing above it matters
-            self.hi = min(bads)
-            self.test(self.hi, BisectRole.SEARCH)
-        while pool := [i for i in range(self.lo + 1, self.hi) if i not in self.skipped]:
-            probe = pool[(len(pool) + 1) // 2 - 1]  # as bisect.search: the median
-            cls = self.test(probe, BisectRole.SEARCH).classification
-            if cls == BAD:
-                self.hi = probe
-            elif cls == GOOD:
-                self.lo = probe
-            else:
-                self.skipped.add(probe)
-        self.conclude(self.lo, self.hi, sorted(i for i in self.skipped if self.lo < i < self.hi))
-
-
-def _is(rec: StepRecord | None, cls: str) -> bool:
-    return rec is not None and rec.classification == cls
-
-
-# ---------------------------------------------------------------- what to look for
-
-
-def _reproduce(result: TriageResult) -> dict[str, Any]:
-    """What the Reproduce step found (triage/steps.py's keys), or nothing when it is not done."""
-    rep = next((s for s in result.steps if s.name is StepName.REPRODUCE), None)
-    return rep.result if rep is not None and rep.status is StepStatus.DONE else {}
-
-
-def _expectation(found: dict[str, Any]) -> tuple[str, str | None, Repeat]:
-    """bisect's --expect, --location and --repeat from the Reproduce step: its kind at its
-    location; one run per commit when every run reproduced, else `auto` (a sometimes-hang
-    passes a bad commit by luck)."""
-    expect = EXPECT_OF.get(str(found.get("kind")), "any-failure")
-    where = found.get("location")
-    fails, runs = found.get("failures"), found.get("ran", found.get("runs"))
-    flaky = isinstance(fails, int) and isinstance(runs, int) and 0 < fails < runs
-    return expect, where if isinstance(where, str) and where else None, AUTO if flaky else 1
-
-
-def _prior_s(result: TriageResult) -> float:
-    """One commit's test before any was timed here: a build and a run as Reproduce timed
-    them (every commit builds anew), else its time per run."""
-    found, rep = _reproduce(result), result.step(StepName.REPRODUCE)
-    run_s, build_s = found.get("run_s"), found.get("build_s")
-    if isinstance(run_s, int | float) and run_s > 0:
-        return float(run_s) + (float(build_s) if isinstance(build_s, int | float) else 0.0)
-    if rep.duration_s and rep.runs_made:
-        return max(1.0, rep.duration_s / rep.runs_made)
-    return PRIOR_COMMIT_S
-
-
-def _run_options(opts: TriageOptions, found: dict[str, Any], progress: LiveProgress) -> RunOptions:
-    """The triage's run, under the host profile Reproduce had to use (if any), as every
-    other step runs it."""
-    run = opts.run.but(progress=progress)
-    host = found.get("host")
-    if isinstance(host, str) and host:
-        profile = HostConditions.from_profile(load_host(host))
-        run = run.but(conditions=profile.merged(opts.run.conditions))
-    return run
-
-
-def _bad_end(opts: TriageOptions, pin: Pin, root: Path) -> str:
-    """--bad, else the pin's commit (an UNVERIFIED:<short> prefix too) where the checkout
-    has it, else the checkout's HEAD."""
-    if opts.bad:
-        return resolve(root, opts.bad)
-    pinned = (
-        pin.source.commit.split(":", 1)[-1]
-        if pin.source.commit.startswith(UNVERIFIED)
-        else pin.source.commit
-    )
-    if pinned:
-        try:
-            return resolve(root, pinned)
-        except HarnessError:
-            pass  # the checkout does not have it: what it has checked out is what was run
-    return head_commit(root, timeout=HISTORY_TIMEOUT_S)
-
-
-def _first_parent_depth(root: Path, sha: str) -> int:
-    """Commits on `sha`'s first-parent line below it (the root's distance back)."""
-    out = git_result(root, "rev-list", "--first-parent", "--count", sha, timeout=HISTORY_TIMEOUT_S)
-    return int(out.stdout.strip()) - 1
-
-
-# ---------------------------------------------------------------- the step
 
 
 def history_step(
@@ -260,22 +70,22 @@ def _run(
         step.status = StepStatus.SKIPPED
         step.reason = f"no git source: pin {pin.name} is a {pin.source.kind} source"
         return
-    found = _reproduce(result)
+    found = sought.reproduce(result)
     if found and not (result.reproduced or found.get("failures") or found.get("first_failure")):
         step.status = StepStatus.SKIPPED
         step.reason = "the failure did not reproduce here: no first bad commit to look for"
         return
-    expect, where, repeat = _expectation(found)
+    expect, where, repeat = sought.expectation(found)
     folder = result.directory / "steps" / "history"
     bopts = BisectOptions(
-        run=_run_options(opts, found, progress).but(report_dir=folder),
+        run=sought.run_options(opts, found, progress).but(report_dir=folder),
         expect=expect,
         location=where,
         repeat=repeat,
         repeat_cap=opts.repeat_cap,
     )
     deadline = time.monotonic() + budget_s
-    hunt = _Hunt(setup_for(bopts), deadline, _prior_s(result), progress, folder / "search")
+    hunt = Hunt(setup_for(bopts), deadline, sought.prior_s(result), progress, folder / "search")
     if not hunt.fits():
         step.status = StepStatus.SKIPPED
         step.reason = (
@@ -284,7 +94,7 @@ def _run(
         )
         return
     root = hunt.setup.root
-    bad = commit_info(root, _bad_end(opts, pin, root))
+    bad = commit_info(root, sought.bad_end(opts, pin, root))
     step.status = StepStatus.DONE
     out: dict[str, Any] = {"bad": bad.sha, "expect": expected(bopts), "repeat": repeat}
     out["searched"] = hunt.searched
@@ -295,12 +105,12 @@ def _run(
         _count(step, hunt, result)
 
 
-def _hunt(step: Step, opts: TriageOptions, pin: Pin, hunt: _Hunt, bad: CommitInfo) -> None:
+def _hunt(step: Step, opts: TriageOptions, pin: Pin, hunt: Hunt, bad: CommitInfo) -> None:
     out, root, bopts = step.result, hunt.setup.root, hunt.setup.opts
     hunt.label(f"the bad end {bad.short}")
     try:
         end = hunt.note(hunt.test(bad, BisectRole.BAD_END), "bad end", 0)
-    except _OutOfBudget:
+    except OutOfBudget:
         step.status, step.reason = StepStatus.SKIPPED, "the budget ran out before the bad end ran"
         return
     if end.classification == GOOD:
@@ -322,7 +132,7 @@ def _hunt(step: Step, opts: TriageOptions, pin: Pin, hunt: _Hunt, bad: CommitInf
     else:
         try:
             good, how = _search_back(hunt, pin, bad)
-        except _OutOfBudget:  # skipped, not done: `--resume` takes it up again
+        except OutOfBudget:  # skipped, not done: `--resume` takes it up again
             how = step.reason = "the budget ran out"
             step.status = StepStatus.SKIPPED
         if good is None:
@@ -337,7 +147,7 @@ def _hunt(step: Step, opts: TriageOptions, pin: Pin, hunt: _Hunt, bad: CommitInf
     _bisect(step, res, hunt)
 
 
-def _search_back(hunt: _Hunt, pin: Pin, bad: CommitInfo) -> tuple[CommitInfo | None, str]:
+def _search_back(hunt: Hunt, pin: Pin, bad: CommitInfo) -> tuple[CommitInfo | None, str]:
     """The pin's known-good refs first (each an ancestor of the bad end), then 1, 2, 4 …
     commits back along the first-parent line, the root last. (good or None, how)."""
     root = hunt.setup.root
@@ -354,7 +164,7 @@ def _search_back(hunt: _Hunt, pin: Pin, bad: CommitInfo) -> tuple[CommitInfo | N
         hunt.note(rec, f"known_good ref {ref}")
         if rec.classification == GOOD:
             return rec.commit, f"known_good ref {ref}"
-    depth = _first_parent_depth(root, bad.sha)
+    depth = sought.first_parent_depth(root, bad.sha)
     distance = 1
     while distance <= depth:
         commit = commit_info(root, resolve(root, f"{bad.sha}~{distance}"))
@@ -368,14 +178,14 @@ def _search_back(hunt: _Hunt, pin: Pin, bad: CommitInfo) -> tuple[CommitInfo | N
     return None, f"the root ({depth} commits back) was reached"
 
 
-def _bisect(step: Step, res: BisectResult, hunt: _Hunt) -> None:
+def _bisect(step: Step, res: BisectResult, hunt: Hunt) -> None:
     out = step.result
     save(res)
-    search = _Bisect(res, hunt)
+    search = ReusingBisect(res, hunt)
     try:
         search.check_ends()
         search.search()
-    except _OutOfBudget:
+    except OutOfBudget:
         res.status = BisectStatus.RANGE
         res.possible = [res.candidates[i] for i in range(search.lo + 1, search.hi + 1)]
         finish(res, res.status)
@@ -441,7 +251,7 @@ def _run_blame(rec: StepRecord) -> dict[str, Any] | None:
     return blame if isinstance(blame, dict) else None
 
 
-def _count(step: Step, hunt: _Hunt, result: TriageResult) -> None:
+def _count(step: Step, hunt: Hunt, result: TriageResult) -> None:
     runs = [r for rec in hunt.made for r in rec.runs]
     step.runs_made = len(runs)
     step.builds_made = sum(bool(r.build_key) and not r.cache_hit for r in runs)
