@@ -101,6 +101,34 @@ def test_lint_imports_fails_on_a_cycle_inside_a_package(tmp_path: Path) -> None:
     assert "No cycles are allowed in harness.bisect" in " ".join(res.stdout.split())
 
 
+MODULE_LINES = 450  # docs/architecture.md: about 400 lines a module, a few to about 440
+
+
+def oversized(root: Path, limit: int = MODULE_LINES) -> list[str]:
+    """Every module of `root`/harness longer than `limit` lines, with its length: one that
+    grew past it is split by idea (docs/architecture.md), not let grow."""
+    found = []
+    for path in sorted((root / "harness").rglob("*.py")):
+        n = len(path.read_text().splitlines())
+        if n > limit:
+            found.append(f"{path.relative_to(root)}: {n} lines (at most {limit})")
+    return found
+
+
+def test_no_module_is_over_the_size_limit() -> None:
+    assert len(list((ROOT / "harness").rglob("*.py"))) > 100  # the walk sees the package
+    assert oversized(ROOT) == []
+
+
+def test_the_size_check_names_a_module_over_the_limit(tmp_path: Path) -> None:
+    """A module of 451 lines is named, with its length; one of exactly 450 is not."""
+    package = tmp_path / "harness" / "pkg"
+    package.mkdir(parents=True)
+    (package / "long.py").write_text("x = 1\n" * (MODULE_LINES + 1))
+    (package / "fits.py").write_text("x = 1\n" * MODULE_LINES)
+    assert oversized(tmp_path) == [f"harness/pkg/long.py: {MODULE_LINES + 1} lines (at most 450)"]
+
+
 def test_no_module_imports_another_modules_private_names() -> None:
     """What one module uses of another is public: `from harness.x import _name` is refused
     anywhere in harness/ (the dashboard formats and the NVML readers once did)."""
