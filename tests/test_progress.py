@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.outcome import Kind
+from harness.pipeline.repeat import Target, progress_done
 from harness.report.live import LiveProgress, Status, render
+from harness.report.runs import RunRow
 from tests.harness_cli import ROOT, harness
 
 TICKER = "import time\nfor i in range({n}):\n    print('step', i, flush=True)\n    time.sleep(1)\n"
@@ -128,3 +131,33 @@ def test_a_terminal_shows_the_live_line(tmp_path: Path) -> None:
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
     assert plain.count(": run |") >= 2  # several redraws of the one line
     assert "verdict" in plain
+
+
+def test_without_a_terminal_each_line_is_printed_once(tmp_path: Path) -> None:
+    """`harness triage` in CI printed `runs | 1/8 (…) → hang in env_start` twice in a row:
+    while the next run took longer than `every_s`, the heartbeat printed the last finished
+    run's line again, read as a second run. Each line once; a heartbeat says it still works."""
+    out = tmp_path / "progress.txt"
+    target = Target(tmp_path, lambda folder: [], {"OMP_WAIT_POLICY": "active"})
+    first = (
+        "harness triage breakout: runs | 1/8 (OMP_WAIT_POLICY=active, run=1) → hang in env_start"
+    )
+
+    def row(n: int) -> RunRow:
+        values = {"OMP_WAIT_POLICY": "active", "run": str(n)}
+        return RunRow(values=values, kind=Kind.HANG, location="env_start")
+
+    with out.open("w") as stream:
+        p = LiveProgress("harness triage breakout", stream=stream, every_s=1.0, terminal=False)
+        done = progress_done(p, 8)
+        done(target, row(1))
+        deadline = time.monotonic() + 30  # two heartbeats: 2 s idle, more on a loaded host
+        while len(out.read_text().splitlines()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        done(target, row(2))
+        p.close()
+    lines = out.read_text().splitlines()
+    assert lines[0] == first, lines
+    assert len(lines) >= 4 and len(set(lines)) == len(lines), lines
+    assert all(ln.startswith(f"{first} | still working, ") for ln in lines[1:-1]), lines
+    assert lines[-1] == first.replace("1/8", "2/8").replace("run=1", "run=2"), lines

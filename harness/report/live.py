@@ -3,8 +3,10 @@ symptom being diagnosed) and a CI log is never quiet long enough for CI's own no
 timeout to fire first.
 
 On a terminal: one line, redrawn in place (rich), then cleared for the final summary. Not a
-terminal (CI, a pipe): a plain line every `every_s` seconds and at every phase change. Both
-go to stderr, so `--json` keeps stdout clean; `--quiet` turns them off.
+terminal (CI, a pipe): a plain line every `every_s` seconds and at every phase change, each
+line once (a heartbeat that finds nothing new since the last line says "still working", so
+a finished run's line is not read as a second run). Both go to stderr, so `--json` keeps
+stdout clean; `--quiet` turns them off.
 """
 
 from __future__ import annotations
@@ -92,6 +94,10 @@ class LiveProgress:
         self._live: Live | None = None
         self._last_line = time.monotonic()
         self._started = time.monotonic()
+        # the last line printed without a terminal, and when it was first: a heartbeat that
+        # found nothing new says so, not the same words again (read as a second event)
+        self._printed = ""
+        self._printed_at = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
@@ -108,18 +114,28 @@ class LiveProgress:
             self._live = Live(Text(""), console=console, transient=True, auto_refresh=False)
             self._live.start()
 
-    def _emit(self, force: bool) -> None:
+    def _emit(self, force: bool, beat: bool = False) -> None:
         if not self.enabled:
             return
         with self._lock:
+            now = time.monotonic()
+            if beat and now - self._last_line < self.every_s:
+                return  # a line came while the heartbeat waited: it is not needed now
             line = render(self.label, self.status)
             try:
                 if self.terminal:
                     self._start_live()
                     assert self._live is not None
                     self._live.update(Text(line), refresh=True)
-                elif force or time.monotonic() - self._last_line >= self.every_s:
-                    self._last_line = time.monotonic()
+                elif force or now - self._last_line >= self.every_s:
+                    self._last_line = now
+                    if line == self._printed:  # nothing new since: the phase still works
+                        # whole seconds, or tenths when beats come faster (two beats
+                        # rounded to the same second would print one line twice again)
+                        later = f"{now - self._printed_at:.{0 if self.every_s >= 1 else 1}f}"
+                        line += f" | still working, {later}s later"
+                    else:
+                        self._printed, self._printed_at = line, now
                     print(line, file=self.stream, flush=True)
             except (OSError, ValueError):  # a closed stream: stop reporting, never fail
                 self.enabled = False
@@ -131,7 +147,7 @@ class LiveProgress:
             if time.monotonic() - self._last_line >= self.every_s:
                 if self.status.phase in ("run", "sampling"):
                     self.status.elapsed_s += time.monotonic() - self._last_line
-                self._emit(force=True)
+                self._emit(force=True, beat=True)
 
     def _ensure_heartbeat(self) -> None:
         if self._heartbeat is None and self.enabled and not self.terminal:
