@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -195,17 +194,26 @@ def test_three_hangs_with_xdist(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_gil_held_hang_ends_the_session_with_its_report(tmp_path: Path) -> None:
-    """A native deadlock that keeps the GIL: nothing in pytest answers, the watcher kills
-    pytest after its answer window; the report folder and the verdict file name the test,
-    and nothing is left running."""
+def test_gil_held_hang_starts_pytest_again_through_gdb(tmp_path: Path) -> None:
+    """A native deadlock that keeps the GIL: nothing of Python runs in pytest, no answer
+    comes; the watcher appends the verdict to the session's journal and makes pytest's
+    main thread exec through gdb (same pid): the test before it is replayed, the hung one
+    fails with its cause, the one after it runs. Never a SIGKILL of pytest."""
     require_tool("gcc", why="builds the C lock cycle the test calls")
+    require_tool("gdb", why="starts pytest again when its GIL is held")
     s = run_session(tmp_path, ["case_gil.py"], "--hang-quiescent=2")
-    assert s.rc == -signal.SIGKILL, s.out
-    hang = channel.read_verdict(s.reports, "case_gil.py::test_gil_held_deadlock", since=0)
-    assert hang is not None and hang.answer == "killed", hang
+    assert s.rc == 1, s.out
+    gil = "case_gil.py::test_gil_held_deadlock"
+    hang = channel.read_verdict(s.reports, gil, since=0)
+    assert hang is not None and hang.answer == channel.EXEC_TRACED, hang
     assert hang.cause_id == "lock-cycle"
     assert json.loads((Path(hang.report) / "report.json").read_text())["mode"] == "pytest"
+    assert "(the GIL held: through gdb)" in s.out, s.out
+    outcome, message = s.junit[gil]
+    assert outcome == "failed" and "top cause: lock-cycle" in message, message
+    assert s.junit["case_gil.py::test_gil_before"][0] == "passed", s.junit
+    assert s.junit["case_gil.py::test_gil_after"][0] == "passed", s.junit
+    assert "1 failed, 2 passed" in s.out, s.out
     assert s.leftover == []
 
 
@@ -427,21 +435,34 @@ def test_verdict_file_is_found_for_its_test_only_when_fresh(tmp_path: Path) -> N
 
 
 def test_resume_state_that_is_not_one_is_refused_in_one_line(tmp_path: Path) -> None:
-    """A state file of the wrong shape (hand-edited, another version) is a usage error,
-    not an INTERNALERROR."""
-    for text in ('{"reports": 5}', '{"reports": {"a": 3}}', "[1]", "{not json"):
+    """A journal of the wrong shape (hand-edited, another version) is a usage error, not an
+    INTERNALERROR."""
+    for text in ('{"reports": 5}', "[1]", "{not json", ""):
         path = tmp_path / "state.json"
         path.write_text(text)
         with pytest.raises(pytest.UsageError, match=resume.ENV):
             resume.load(path)
 
 
-def test_state_with_a_path_property_saves(tmp_path: Path) -> None:
-    state = resume.State(reports={"t.py::x": [{"user_properties": [["p", Path("/x")]]}]})
-    state.save(tmp_path / "s.json")
-    assert resume.load(tmp_path / "s.json").reports["t.py::x"][0]["user_properties"] == [
-        ["p", "/x"]
-    ]
+def test_journal_keeps_reports_and_the_hang_and_drops_a_cut_line(tmp_path: Path) -> None:
+    """What the resumed session reads: every report in order (a Path property as its
+    text), the verdict, and not the last line a kill cut short."""
+    config = pytest.Config.fromdictargs({}, [])
+    report = pytest.TestReport(
+        "t.py::x", ("t.py", 1, "x"), {}, "passed", None, "call", user_properties=[("p", Path("/x"))]
+    )
+    journal = resume.Journal(tmp_path / "j.jsonl")
+    journal.add(config, report)
+    hang = channel.Hang(3, "t.py::y", "call", "quiescent", 2.0, "hang", "s", "c", "t", "r", 1.0)
+    journal.add_hung(hang)
+    journal.close(remove=False)
+    with open(tmp_path / "j.jsonl", "a") as f:
+        f.write('{"t": "report", "data": {"nodeid": "t.py::z"')  # cut by a kill
+    state = resume.load(tmp_path / "j.jsonl")
+    assert list(state.reports) == ["t.py::x"]
+    assert state.reports["t.py::x"][0]["user_properties"] == [["p", "/x"]]
+    assert state.hang_of("t.py::y") == hang
+    assert not (tmp_path / "j.jsonl").exists()  # the session's alone: removed once read
 
 
 def test_born_since_uses_the_boot_clock_to_the_tick() -> None:

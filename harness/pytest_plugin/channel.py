@@ -1,25 +1,34 @@
-"""What the plugin and its watcher say to each other: one JSON object a line over two pipes
-(plugin → watcher: hello, each test phase, idle, the answer to a hang; watcher → plugin:
-the hang, the cleanup done), and the verdict file a hang leaves beside its report folder
-(the xdist controller reads it for a worker that was ended: `verdict_path`).
+"""What the plugin and its watcher say to each other over a socket pair (`Link`: plugin →
+watcher: hello, the answer to a hang; watcher → plugin: ready, a heartbeat, busy while it
+diagnoses, the hang, the cleanup done), and the verdict file a hang leaves beside its report
+folder (the xdist controller reads it for a worker that was ended: `verdict_path`). The test
+phase itself goes through shared memory (`phasemem`): pytest's main thread sends nothing.
 
-Both ends read with a bounded buffer and drop a line that is not a JSON object: a message
-never raises into pytest."""
+Both ends read with a bounded buffer and drop a message that is not a JSON object: a
+message never raises into pytest."""
 
 from __future__ import annotations
 
+import _socket
 import contextlib
 import hashlib
 import json
-import os
+import select
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.files import atomic_write
+from harness.pytest_plugin.pinned import P
 
+RESUME_ENV = "HANG_WATCH_RESUME"  # the journal a session started again reads (resume)
 HIDDEN_DIR = ".hang-watch"  # under --hang-report-dir: verdict files, the watcher's log
-MAX_LINE = 1 << 20  # a longer line is garbage, dropped
+MAX_LINE = 1 << 20  # a longer verdict file is garbage
+MAX_PACKET = 1 << 16  # one message; the watcher keeps its texts shorter
+SEND_S = 5.0  # a send waits this long for room in the socket, then the link is dead
+SEND_TRIES = 16  # and tries this often (each a wait for room, or an interrupted send)
+RECV_BATCH = 64  # messages taken at one wake
+_FLAGS = _socket.MSG_NOSIGNAL | _socket.MSG_DONTWAIT
 
 # the phases a test runs in; "idle" is between phases and between tests
 PHASES = ("setup", "call", "teardown")
@@ -29,6 +38,11 @@ INTERRUPTED = "interrupted"  # the main thread took the exception: the test fail
 EXEC = "exec"  # main thread stuck in native code: pytest starts again in this process
 EXIT = "exit"  # main thread stuck, an xdist worker: it ends itself, xdist replaces it
 MOVED = "moved"  # the test was over by the time the verdict came: nothing to fail
+OWN = "own"  # the main thread was in the plugin's own code: its fault, not the test's
+# no answer (the GIL is held): the watcher made pytest start again through gdb, or, where
+# it could not, ended it
+EXEC_TRACED = "exec-traced"
+KILLED = "killed"
 
 
 @dataclass(frozen=True)
@@ -107,7 +121,7 @@ def write_verdict(report_dir: Path, hang: Hang) -> None:
 def read_verdict(report_dir: Path, nodeid: str, since: float) -> Hang | None:
     """The verdict on `nodeid` made after `since` (epoch seconds), if any."""
     try:
-        with open(verdict_path(report_dir, nodeid), "rb") as f:
+        with P.open(verdict_path(report_dir, nodeid), "rb") as f:
             data = json.loads(f.read(MAX_LINE))
     except (OSError, ValueError):
         return None
@@ -117,45 +131,94 @@ def read_verdict(report_dir: Path, nodeid: str, since: float) -> Hang | None:
     return hang
 
 
-def send(fd: int, message: dict[str, Any]) -> bool:
-    """One message; False when the other end is gone (the caller stops sending)."""
-    data = (json.dumps(message) + "\n").encode()
-    try:
-        while data:
-            n = os.write(fd, data)
-            data = data[n:]
-    except OSError:
+class Link:
+    """One end of the plugin ↔ watcher socket (AF_UNIX, SOCK_SEQPACKET: each message one
+    packet, whole or not at all, and end of file when the other end closes). Every call is
+    bounded: a send waits at most `timeout` for room, a receive at most its timeout, and a
+    failure (a closed peer, a descriptor a test closed) marks the link `dead` instead of
+    raising. No SIGPIPE: MSG_NOSIGNAL, whatever a test did to SIGPIPE's disposition."""
+
+    def __init__(self, sock: _socket.socket) -> None:
+        self.sock = sock
+        sock.setblocking(False)
+        self.fd = sock.fileno()
+        self.poller = P.poll()
+        self.poller.register(self.fd, select.POLLIN)
+        self.dead = False
+
+    @staticmethod
+    def pair() -> tuple[Link, _socket.socket]:
+        """This side's link and the other end's socket (for the watcher)."""
+        mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+        return Link(mine), theirs
+
+    @staticmethod
+    def from_fd(fd: int) -> Link:
+        return Link(_socket.socket(fileno=fd))
+
+    def send(self, message: dict[str, Any], timeout: float = SEND_S) -> bool:
+        """One message; False (and `dead`) when the other end is gone or takes nothing
+        within `timeout`."""
+        if self.dead:
+            return False
+        data = P.dumps(message, default=str).encode()
+        if len(data) > MAX_PACKET:
+            return False
+        end = P.monotonic() + timeout
+        for _ in range(SEND_TRIES):
+            try:
+                self.sock.send(data, _FLAGS)
+                return True
+            except (BlockingIOError, InterruptedError):
+                left = end - P.monotonic()
+                if left <= 0:
+                    break
+                out = P.poll()
+                out.register(self.fd, select.POLLOUT)
+                try:
+                    out.poll(max(1, int(left * 1000)))
+                except OSError:
+                    break
+            except OSError:
+                break
+        self.dead = True
         return False
-    return True
 
-
-class Lines:
-    """JSON objects from a pipe, a line each; `read` blocks for the next chunk and returns
-    what it completed (an empty list at end of file sets `eof`)."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.buf = b""
-        self.eof = False
-
-    def read(self) -> list[dict[str, Any]]:
+    def recv(self, timeout: float) -> list[dict[str, Any]]:
+        """The messages that came within `timeout` (all those waiting, at most a few): an
+        empty list at end of file or on an error sets `dead`."""
+        if self.dead:
+            return []
         try:
-            chunk = os.read(self.fd, 65536)
+            ready = self.poller.poll(max(0, int(timeout * 1000)))
         except InterruptedError:
             return []
         except OSError:
-            chunk = b""
-        if not chunk:
-            self.eof = True
+            self.dead = True
             return []
-        self.buf += chunk
+        if not ready:
+            return []
         out: list[dict[str, Any]] = []
-        while b"\n" in self.buf:
-            line, self.buf = self.buf.split(b"\n", 1)
-            with contextlib.suppress(ValueError):
-                obj = json.loads(line)
-                if isinstance(obj, dict):
-                    out.append(obj)
-        if len(self.buf) > MAX_LINE:
-            self.buf = b""
+        for _ in range(RECV_BATCH):
+            try:
+                data = self.sock.recv(MAX_PACKET, _socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self.dead = True
+                break
+            if not data:
+                self.dead = True  # the other end closed
+                break
+            try:
+                obj = P.loads(data)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
         return out
+
+    def close(self) -> None:
+        self.dead = True
+        with contextlib.suppress(OSError):
+            self.sock.close()

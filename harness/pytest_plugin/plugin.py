@@ -1,44 +1,39 @@
 """`pytest --hang-watch`: the options and the hooks (inert without the flag).
 
 In each process that runs tests (pytest alone, or each xdist worker; the controller runs
-none) a watcher is started at the first test, outside pytest's tree, and told each test
-phase. A hang it finds fails that test (`listener`); the xdist controller adds the verdict
-to the report of a worker that ended itself (`pytest_handlecrashitem`); a session started
-again after a hang in native code replays what ran before (`resume`)."""
+none) a watcher is started at the session's start, outside pytest's tree, and each test
+phase is written in memory it shares (`phasemem`). A hang it finds fails that test
+(`listener`); the xdist controller adds the verdict to the report of a worker that ended
+itself (`pytest_handlecrashitem`); a session started again after a hang in native code
+replays what ran before (`resume`, `restart`). Whatever a test does to the process, the
+plugin calls only what it took at import (`pinned`), and a failure of its own is said in
+the summary (`notes`), never the session's."""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import harness
 from harness.pytest_plugin import channel, procstart, resume, threads
-from harness.pytest_plugin.listener import Control, Listener, install_handler
+from harness.pytest_plugin.launch import allow_tracer, check_report_dir, start_watcher
+from harness.pytest_plugin.listener import SIGNAL, Control, Listener, OwnStall, install_handler
+from harness.pytest_plugin.notes import Notes
+from harness.pytest_plugin.phasemem import PhaseMemory, PhaseState
+from harness.pytest_plugin.pinned import P, write_all
+from harness.pytest_plugin.restart import ExecBlock
 
 DEFAULT_QUIESCENT_S = 5.0
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_REPORT_DIR = "harness-reports"
-LAUNCH_S = 10.0  # the launcher only starts the watcher and exits
+READY_WAIT_S = 10.0  # the first test waits this long for the watcher to be ready
 JOIN_LEFT_S = 1.0  # at the end, how long threads a hung test left get to finish
-PR_SET_PTRACER = 0x59616D61  # yama: let this pid (and its children) trace us
-# starts the watcher and exits, so that the watcher is nobody's child in pytest's tree
-_LAUNCHER = (
-    "import json, subprocess, sys\n"
-    "a = json.loads(sys.argv[1])\n"
-    "subprocess.Popen(a['cmd'], pass_fds=a['fds'], stdin=subprocess.DEVNULL,\n"
-    "                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
-)
+FAULT_ENV = "HANG_WATCH_FAULT"  # a fault of the plugin's own, for its tests (`_inject`)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,12 +74,14 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("hang_watch"):
         return
     report_dir = config.invocation_params.dir / str(config.getoption("hang_report_dir"))
-    _check_report_dir(report_dir)
+    check_report_dir(report_dir)
     for name in ("hang_quiescent", "hang_timeout"):
         if float(config.getoption(name)) < 0:
             raise pytest.UsageError(f"--{name.replace('_', '-')} must be 0 or more")
     state = resume.load(Path(state_path)) if state_path else None
-    config.pluginmanager.register(HangWatch(config, report_dir, state), "hang-watch-session")
+    watch = HangWatch(config, report_dir, state)
+    config.pluginmanager.register(watch, "hang-watch-session")
+    config.pluginmanager.register(watch.notes, "hang-watch-notes")
 
 
 class HangWatch:
@@ -95,101 +92,169 @@ class HangWatch:
         self.timeout_s = float(config.getoption("hang_timeout"))
         self.resumed = state
         self.worker = "PYTEST_XDIST_WORKER" in os.environ or hasattr(config, "workerinput")
+        self.fault = os.environ.get(FAULT_ENV, "")
+        self.pid = P.getpid()  # a forked child (pytest-forked, a test's fork) is not us
         self.ctl = Control()
-        self.record = resume.State(hung=list(state.hung) if state else [])
-        self.session_start = time.time()
+        self.session_start = P.time()
         self.started = False
-        self.out_fd = -1
-        self.location: tuple[str, int | None, str] = ("", None, "")
-        self.test_started = 0.0
+        self.link: channel.Link | None = None
+        self.mem: PhaseMemory | None = None
+        self.listener: Listener | None = None
+        self.journal: resume.Journal | None = None
+        self.block: ExecBlock | None = None
+        self.test_boot = 0.0
         self.session: pytest.Session | None = None
         self.previous: object | None = None
+        self.watcher_fd = -1
+        self.waited = False
+        self.notes = Notes(config)
         # what a resume by exec starts again from: a hung test may have moved both
         self.env = dict(os.environ)
-        self.cwd = config.invocation_params.dir
-        self.resume_path: Path | None = None
+        self.cwd = str(config.invocation_params.dir)
         # the real stdin/stdout/stderr: restored before an exec (a capture may hold 1, 2)
         self.std: list[int] = []
         for fd in (0, 1, 2):
-            with contextlib.suppress(OSError):
-                self.std.append(os.dup(fd))
+            try:
+                self.std.append(P.dup(fd))
+            except OSError:
+                break
+
+    def _ours(self) -> bool:
+        """This is the session's process, hang-watch still on (not a forked child)."""
+        return self.started and not self.ctl.off and P.getpid() == self.pid
 
     # ------------------------------------------------------------------ the watcher
 
     def _start(self) -> None:
-        if self.started:
-            return
         self.started = True
-        to_watcher_r, to_watcher_w = os.pipe()
-        from_watcher_r, from_watcher_w = os.pipe()
-        self.out_fd = to_watcher_w
-        self.previous = install_handler(self.ctl)
-        listener = Listener(
-            self.ctl,
-            from_watcher_r,
-            to_watcher_w,
-            self.previous is not None,
-            self._stuck,
-            self._act,
-            self._note,
-            _allow_tracer,
+        ctl = self.ctl
+        try:
+            self.link, theirs = channel.Link.pair()
+            self.mem = PhaseMemory.create()
+        except OSError as exc:
+            self._warn(f"hang-watch: no channel to a watcher ({exc}); tests are not watched")
+            ctl.off = "no channel"
+            return
+        self.previous = install_handler(ctl)
+        if self.previous is None:
+            self._warn(
+                "hang-watch: its signal handler could not be installed: a hang is "
+                "not interrupted, pytest starts again instead"
+            )
+        self.listener = Listener(ctl, self.link, self._stuck, self._act, self._warn, self._ready)
+        self.listener.start()
+        self.listener.ready.wait(2.0)
+        hidden = self.report_dir / channel.HIDDEN_DIR
+        if not self.worker:
+            try:
+                name = f"journal-{self.pid}-{int(P.time() * 1000)}.jsonl"
+                self.journal = resume.Journal(hidden / name)
+            except OSError as exc:
+                self._warn(
+                    f"hang-watch: no journal of the session ({exc}): a test stuck "
+                    "in native code ends the session instead of resuming it"
+                )
+        if self.journal is not None and resume.resumable() is None:
+            env = {**self.env, resume.ENV: str(self.journal.path)}
+            self.block = ExecBlock(resume.argv_again(), env, self.cwd, self.std)
+        self.link.send(
+            {
+                "t": "hello",
+                "ignore": [self.listener.tid],
+                "worker": self.worker,
+                "journal": str(self.journal.path) if self.journal else "",
+                "exec": self.block.addresses() if self.block else None,
+            }
         )
-        listener.start()
-        listener.ready.wait(2.0)
-        channel.send(self.out_fd, {"t": "hello", "ignore": [listener.tid]})
-        cmd = [
-            sys.executable,
-            "-m",
-            "harness.pytest_plugin.watcher",
-            f"--pid={os.getpid()}",
-            f"--in={to_watcher_r}",
-            f"--out={from_watcher_w}",
+        args = [
+            f"--pid={self.pid}",
+            f"--sock={theirs.fileno()}",
+            f"--shm={self.mem.fd}",
             f"--quiescent={self.quiescent_s}",
             f"--timeout={self.timeout_s}",
             f"--report-dir={self.report_dir}",
-            f"--argv={json.dumps(list(sys.orig_argv))}",
+            f"--argv={P.dumps(resume.argv_again())}",
         ]
-        env = dict(os.environ)
-        # the watcher imports the harness this plugin came from, installed or not
-        root = str(Path(harness.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        payload = json.dumps({"cmd": cmd, "fds": [to_watcher_r, from_watcher_w]})
-        try:
-            launcher = subprocess.Popen(
-                [sys.executable, "-c", _LAUNCHER, payload],
-                pass_fds=(to_watcher_r, from_watcher_w),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
-            launcher.wait(LAUNCH_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            self._note(f"hang-watch: the watcher did not start ({exc}); tests are not watched")
-        finally:
-            os.close(to_watcher_r)
-            os.close(from_watcher_w)
+        why = start_watcher(args, [theirs.fileno(), self.mem.fd], self.env)
+        theirs.close()
+        if why is not None:
+            ctl.off = why
+            self._warn(f"hang-watch: the watcher did not start ({why}); tests are not watched")
+
+    def _ready(self, pid: int) -> None:
+        allow_tracer(pid)
+        with contextlib.suppress(OSError):
+            self.watcher_fd = P.pidfd_open(pid)  # to end it safely, should it stall
 
     def _phase(self, item: pytest.Item, when: str) -> None:
-        ctl = self.ctl
-        ctl.seq += 1
-        ctl.nodeid, ctl.when = item.nodeid, when
-        ctl.boot = procstart.now()
-        if when == "setup":
-            self.test_started = time.time()
-        message = {"t": "phase", "seq": ctl.seq, "nodeid": item.nodeid, "when": when}
-        message.update(
-            epoch=time.time(),
-            boot=ctl.boot,
-            ignore=threads.timer_threads(),
-            foreign=threads.foreign_threads(),
-        )
-        channel.send(self.out_fd, message)
+        if not self._ours() or self.mem is None:
+            return
+        try:
+            ctl = self.ctl
+            ctl.seq += 1
+            ctl.nodeid, ctl.when = item.nodeid, when
+            ctl.boot = procstart.now()
+            if when == "setup":
+                self.test_boot = ctl.boot
+            timer, foreign = threads.timer_threads(), threads.foreign_threads()
+            self.mem.write(
+                PhaseState(
+                    ctl.seq,
+                    when,
+                    item.nodeid,
+                    ctl.boot,
+                    P.time(),
+                    self.test_boot,
+                    tuple(timer),
+                    tuple(foreign),
+                )
+            )
+            self._inject(item, when)
+        except OwnStall:
+            self._own_stall()
+        except Exception as exc:  # a bug of the plugin's must not be the test's failure
+            self._off(f"its phase hook failed ({exc!r})")
 
     def _idle(self) -> None:
-        self.ctl.seq += 1
-        self.ctl.when = "idle"
-        channel.send(self.out_fd, {"t": "idle", "seq": self.ctl.seq})
+        if not self._ours() or self.mem is None:
+            return
+        try:
+            self.ctl.seq += 1
+            self.ctl.when = "idle"
+            self.mem.write(PhaseState(seq=self.ctl.seq, test_boot=self.test_boot))
+        except OwnStall:
+            self._own_stall()
+        except Exception as exc:
+            self._off(f"its phase hook failed ({exc!r})")
+
+    def _inject(self, item: pytest.Item, when: str) -> None:
+        """HANG_WATCH_FAULT=phase-deadlock:TEXT: the plugin's own code deadlocks (a lock
+        taken twice) at the call of a test whose node id holds TEXT. The test of the
+        plugin's own-fault path (tests/test_pytest_plugin_hostile.py): a real hang in the
+        plugin's frames, which no test can cause any more."""
+        kind, _, text = self.fault.partition(":")
+        if kind == "phase-deadlock" and when == "call" and text and text in item.nodeid:
+            lock = P.allocate_lock()
+            lock.acquire()
+            lock.acquire()  # interrupted by the watcher's verdict (OwnStall)
+
+    def _own_stall(self) -> None:
+        hang = self.ctl.own
+        where = f"{hang.when} of {hang.nodeid} (report {hang.report})" if hang else "a test"
+        self._off(f"its own code hung in {where}: hang-watch's fault, not the test's")
+
+    def _off(self, why: str) -> None:
+        """Hang-watch stops for the rest of the session, saying why once; the watcher is
+        told (an idle phase, then "off": it exits)."""
+        if self.ctl.off:
+            return
+        self.ctl.off = why
+        self._warn(f"hang-watch: {why}; the tests after it were not watched")
+        with contextlib.suppress(Exception):
+            if self.mem is not None:
+                self.mem.write(PhaseState(seq=self.ctl.seq + 1, test_boot=self.test_boot))
+            if self.link is not None:
+                self.link.send({"t": "off"}, timeout=0)
 
     # ---------------------------------------------------- a main thread that cannot be woken
 
@@ -198,47 +263,35 @@ class HangWatch:
         if self.worker:
             return channel.EXIT
         why = resume.resumable()
+        if why is None and self.block is None:
+            why = "no journal of the session"
+        if why is None and self.journal is not None and self.journal.broken:
+            why = f"the journal of the session is incomplete: {self.journal.broken}"
         if why is not None:
-            self._note(f"hang-watch: cannot start pytest again ({why}): the session ends")
+            self._say(f"hang-watch: cannot start pytest again ({why}): the session ends")
             return channel.EXIT
         return channel.EXEC
 
-    def _save(self, hang: channel.Hang) -> Path | None:
-        """The session so far and the hung test's failure, for the resumed session."""
-        path = self.report_dir / channel.HIDDEN_DIR / f"resume-{os.getpid()}.json"
-        try:
-            for report in resume.hung_reports(hang, self.location, self.test_started):
-                self.record.add(self.config, report)
-            self.record.hung.append(hang.to_json())
-            self.record.save(path)
-        except Exception as exc:  # a report that will not serialize, a full disk
-            self._note(f"hang-watch: the session's results could not be saved ({exc!r})")
-            return None
-        return path
-
     def _act(self, hang: channel.Hang, how: str) -> None:
-        for target, saved in enumerate(self.std):
-            with contextlib.suppress(OSError):
-                os.dup2(saved, target)
-        path = self._save(hang) if how == channel.EXEC else None
-        if path is not None:
-            self._note(
+        if how == channel.EXEC and self.journal is not None and self.block is not None:
+            self.journal.add_hung(hang)
+            self._say(
                 f"{hang.message}\nhang-watch: the main thread is stuck in native code: pytest "
                 "starts again in this process and goes on with the tests not run yet"
             )
-            # from where it was started, with its environment: not the hung test's
-            env = {**self.env, resume.ENV: str(path)}
-            with contextlib.suppress(OSError):
-                os.chdir(self.cwd)
-                os.execve(sys.executable, resume.argv_again(), env)
+            self.block.exec_now()
         if not self.worker:
-            self._note(f"{hang.message}\nhang-watch: the main thread is stuck: pytest ends")
-        os.kill(os.getpid(), signal.SIGKILL)
+            self._say(f"{hang.message}\nhang-watch: the main thread is stuck: pytest ends")
+        P.kill(P.getpid(), signal.SIGKILL)
 
-    def _note(self, text: str) -> None:
+    def _say(self, text: str) -> None:
+        """At once, on the terminal's stderr (a hang's news)."""
         fd = self.std[2] if len(self.std) > 2 else 2
-        with contextlib.suppress(OSError):
-            os.write(fd, f"\n{text}\n".encode(errors="replace"))
+        write_all(fd, f"\n{text}\n".encode(errors="replace"))
+
+    def _warn(self, text: str) -> None:
+        """The plugin's own failure: once, in the terminal summary."""
+        self.notes.add(text)
 
     # ------------------------------------------------------------------ hooks
 
@@ -250,18 +303,29 @@ class HangWatch:
         for data in self.resumed.hung if self.resumed else []:
             hang = channel.Hang.from_json(data)
             if hang is not None:
+                how = " (the GIL held: through gdb)" if hang.answer == channel.EXEC_TRACED else ""
                 lines.append(
-                    f"hang-watch: resumed after {hang.nodeid} hung in native code "
+                    f"hang-watch: resumed after {hang.nodeid} hung in native code{how} "
                     f"(report {hang.report}); the tests before it are replayed"
                 )
         return lines
 
     @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # before collection and any test: nothing a test does is in place yet; the xdist
+        # controller runs no test
+        if not self.config.pluginmanager.has_plugin("dsession"):
+            self._start()
+
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-        self._start()
-        self.location = item.location
-        if self.resumed is not None:
-            if resume.replay(self.config, item.nodeid, self.resumed):
+        if self.listener is not None and not self.waited:
+            # the watcher starts during collection; the first test waits for it (bounded),
+            # so that every test is watched from its start
+            self.waited = True
+            self.listener.watching.wait(READY_WAIT_S)
+        if self.resumed is not None and P.getpid() == self.pid:
+            if resume.replay(self.config, item.nodeid, self.resumed, item.location):
                 return True
             resume.replay_rest(self.config, self.resumed)
             self.resumed = None
@@ -294,8 +358,17 @@ class HangWatch:
             self._idle()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.started and not self.worker:
-            self.record.add(self.config, report)
+        if self.journal is not None and P.getpid() == self.pid:
+            try:
+                self.journal.add(self.config, report)
+            except Exception as exc:  # a report that will not serialize
+                self.journal.broken = f"a report could not be saved ({exc!r})"
+            if self.journal.broken and not self.ctl.journal_said:
+                self.ctl.journal_said = True
+                self._warn(
+                    f"hang-watch: the session's journal stopped ({self.journal.broken}): "
+                    "a test stuck in native code would end the session"
+                )
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
@@ -309,39 +382,25 @@ class HangWatch:
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        if self.out_fd >= 0:
+        if P.getpid() != self.pid:
+            return  # a forked child that ran on: the session's watcher is not its own
+        if self.listener is not None:
+            self.listener.closing = True
+        if self.link is not None:
+            self.link.close()  # the watcher sees the end of the socket and exits
+        if self.watcher_fd >= 0:
+            if self.ctl.off:
+                # a watcher that stalled would not read the end: it is the plugin's to end
+                with contextlib.suppress(OSError):
+                    P.pidfd_send_signal(self.watcher_fd, signal.SIGKILL)
             with contextlib.suppress(OSError):
-                os.close(self.out_fd)  # the watcher reads the end of file and exits
-            self.out_fd = -1
+                P.close(self.watcher_fd)
         if self.previous is not None:
-            with contextlib.suppress(ValueError, TypeError):
-                signal.signal(signal.SIGUSR2, self.previous)  # type: ignore[arg-type]
+            with contextlib.suppress(ValueError, TypeError, OSError):
+                P.signal(SIGNAL, self.previous)  # type: ignore[arg-type]
+        if self.journal is not None:
+            self.journal.close(remove=True)
         if self.started and self.ctl.hangs > 0:
             # read now: a later sessionfinish hook may have changed it
             status = int(self.session.exitstatus) if self.session is not None else 1
-            threads.end_if_threads_left(self.ctl.left, status, JOIN_LEFT_S, self._note)
-
-
-def _check_report_dir(path: Path) -> None:
-    """A folder that cannot take a report is refused now, in one line (the harness's own
-    check, `report.store.check_report_dir`, costs its imports in every pytest start; the
-    watcher runs it again before each report)."""
-    try:
-        (path / channel.HIDDEN_DIR).mkdir(parents=True, exist_ok=True)
-        probe = path / channel.HIDDEN_DIR / f".probe-{os.getpid()}"
-        probe.write_bytes(b"probe\n")
-        probe.unlink()
-    except OSError as exc:
-        raise pytest.UsageError(
-            f"--hang-report-dir {path}: cannot hold a report ({exc.strerror or exc})"
-        ) from None
-
-
-def _allow_tracer(pid: int) -> None:
-    """Under yama ptrace_scope=1 only an ancestor may trace: the watcher is none (it is
-    started outside pytest's tree), so allow it and its stack tools. Best effort: without
-    yama the call fails and nothing is needed."""
-    if pid <= 0:
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PTRACER, pid, 0, 0, 0)
+            threads.end_if_threads_left(self.ctl.left, status, JOIN_LEFT_S, self._say)

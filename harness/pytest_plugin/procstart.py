@@ -3,13 +3,17 @@ seconds since boot. /proc/PID/stat's starttime counts clock ticks since boot; ps
 `create_time()` adds it to a boot time kept in whole seconds, which is early by up to a
 second against `time.time()`: a child born in the first part of a hung phase would look
 older than the phase (and be left running). `time.clock_gettime(CLOCK_BOOTTIME)` is the
-kernel's clock for starttime itself, so the only error left is one tick (`TICK_S`)."""
+kernel's clock for starttime itself, so the only error left is one tick (`TICK_S`).
+Every call goes through `pinned` (this runs inside pytest's process, where a test may have
+replaced `open` or `time.clock_gettime`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import time
+
+from harness.pytest_plugin.pinned import P, read_small
 
 try:
     TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
@@ -19,16 +23,18 @@ except (OSError, ValueError):  # pragma: no cover (Linux always has it)
 
 def now() -> float:
     """Seconds since boot, the clock of /proc's starttime."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME)
+    return P.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 def stat_fields(path: str) -> list[str] | None:
     """The fields of a stat file after the command name (which may hold spaces and ")")."""
+    data = read_small(path)
+    if data is None:
+        return None
+    text = data.decode(errors="replace")
     try:
-        with open(path, "rb") as f:
-            text = f.read().decode(errors="replace")
         return text[text.rindex(")") + 2 :].split()
-    except (OSError, ValueError):
+    except ValueError:
         return None
 
 
@@ -64,7 +70,7 @@ def blocked(pid: int, tid: int) -> bool:
 def threads(pid: int) -> dict[int, tuple[float | None, str]]:
     """Each thread of `pid`: its start (seconds since boot) and its state letter."""
     try:
-        tids = os.listdir(f"/proc/{pid}/task")
+        tids = P.listdir(f"/proc/{pid}/task")
     except OSError:
         return {}
     out: dict[int, tuple[float | None, str]] = {}

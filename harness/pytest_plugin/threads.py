@@ -9,10 +9,10 @@ import contextlib
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Collection
 
 from harness.pytest_plugin import procstart
+from harness.pytest_plugin.pinned import P
 
 
 def timer_threads() -> list[int]:
@@ -20,8 +20,8 @@ def timer_threads() -> list[int]:
     test, so the tree would never be quiescent; it is the watchdog, not the test."""
     return [
         t.native_id
-        for t in threading.enumerate()
-        if isinstance(t, threading.Timer)
+        for t in P.enumerate()
+        if isinstance(t, P.timer_class)
         and getattr(t.function, "__module__", "") == "pytest_timeout"
         and t.native_id is not None
     ]
@@ -34,15 +34,19 @@ def foreign_threads() -> list[int]:
     Infrastructure, not the test's; listed again at each phase, since their tids change.
     The watcher leaves one out of the rule only while it is blocked: one that runs may be
     doing the test's work (and a new one runs for a moment before it waits)."""
-    known = {t.native_id for t in threading.enumerate()}
-    me = os.getpid()
-    return [tid for tid in procstart.threads(me) if tid not in known and tid != me]
+    known = {t.native_id for t in P.enumerate()}
+    me = P.getpid()
+    try:
+        tids = [int(name) for name in P.listdir(f"/proc/{me}/task") if name.isdigit()]
+    except OSError:
+        return []
+    return [tid for tid in tids if tid not in known and tid != me]
 
 
 def started_since(since: float) -> set[int]:
     """Native ids of this process's threads (the main one excepted) started at or after
     `since` (a `procstart.now()`): the threads of a phase that hung."""
-    me = os.getpid()
+    me = P.getpid()
     return {tid for tid in procstart.threads_since(me, since) if tid != me}
 
 
@@ -56,14 +60,14 @@ def end_if_threads_left(
     other thread is not ours to judge: Python's exit waits for it as usual."""
     if not left:
         return
-    end = time.monotonic() + grace_s
+    end = P.monotonic() + grace_s
     stuck = [
         t
-        for t in threading.enumerate()
+        for t in P.enumerate()
         if t.native_id in left and t is not threading.main_thread() and not t.daemon
     ]
     for t in stuck:
-        t.join(max(0.0, end - time.monotonic()))
+        t.join(max(0.0, end - P.monotonic()))
     alive = [t.name for t in stuck if t.is_alive()]
     if not alive:
         return

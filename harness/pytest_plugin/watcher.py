@@ -1,18 +1,23 @@
-"""The watcher: `python -m harness.pytest_plugin.watcher --pid PID --in FD --out FD …`, a
+"""The watcher: `python -m harness.pytest_plugin.watcher --pid PID --sock FD --shm FD …`, a
 process outside pytest's tree (its launcher has exited) that follows pytest's tree with an
-`Observer` and the test phase the plugin tells it. While a phase runs, a tree quiescent for
---quiescent seconds, or a test past --timeout, is diagnosed into a report folder; the
-verdict goes to the plugin, whose answer says how the test was failed; then the processes
-the hung test left are killed (those born in the hung phase when the test was interrupted;
-every descendant when pytest starts again or ends) and, with no answer at all, pytest too.
+`Observer` and the test phase the plugin writes in shared memory (`phasemem`). While a
+phase runs, a tree quiescent for --quiescent seconds, or a test past --timeout, is diagnosed
+into a report folder; the verdict goes to the plugin over the socket, whose answer says how
+the test was failed; then the processes the hung test left are killed (those born in the
+hung phase when the test was interrupted; every descendant when pytest starts again or
+ends). With no answer at all (nothing of Python runs in pytest: the GIL is held), pytest
+is made to start again through gdb (`restart.traced_exec`) with the verdict in its
+journal; an xdist worker, or a pytest that cannot be started again, is ended. It beats
+every BEAT_S, so that the plugin can tell a stalled watcher.
 
 The watcher may sit in pytest's tree (pytest a child subreaper adopts it once its launcher
 exits): it leaves itself and its own children (the stack tools) out of every list of
 processes to kill. Birth times are compared on the clock since boot (`procstart`), the
 plugin's phase starts too. A test is failed by --timeout once.
 
-It never outlives pytest: it ends when the plugin's pipe closes (pytest exited or started
-again: the pipe is close-on-exec) or the pid is gone. Every wait has a bound."""
+It never outlives pytest: it ends when the plugin's socket closes (pytest exited or started
+again: the socket is close-on-exec), when the plugin says "off", or when the pid is gone.
+Every wait has a bound."""
 
 from __future__ import annotations
 
@@ -43,11 +48,15 @@ from harness.pipeline.attach import diagnose_tree, start_report
 from harness.pipeline.run import finishing
 from harness.pytest_plugin import channel, procstart
 from harness.pytest_plugin.observe import PluginObserver
+from harness.pytest_plugin.phasemem import PhaseMemory
+from harness.pytest_plugin.restart import append_hung, traced_exec
 from harness.report import store
 from harness.vocab import Trigger
 
-POLL_S = 0.1  # the loop's step (messages); the tree is looked at every `look_every(window)`
+POLL_S = 0.1  # the loop's step (messages, the phase); the tree is looked at every `look_every`
 ANSWER_S = 6.0  # the plugin answers within its 2 s interrupt wait plus the cleanup
+BEAT_S = 2.0  # the plugin takes 10 s of silence for a stall (listener.STALL_S)
+MAX_TEXT = 4000  # a verdict's texts, cut to fit one message
 
 
 @dataclass
@@ -55,10 +64,8 @@ class Phase:
     seq: int = 0
     nodeid: str = ""
     when: str = "idle"
-    started: float = 0.0  # monotonic: the phase's start as the watcher learnt it
-    epoch: float = 0.0  # epoch seconds of the phase's start, as the plugin sent it
-    boot: float = 0.0  # the same in seconds since boot (the clock of /proc's starttime)
-    test_started: float = 0.0  # monotonic: the test's setup
+    boot: float = 0.0  # the phase's start, seconds since boot (the clock of /proc)
+    test_boot: float = 0.0  # the test's setup, the same clock
 
 
 def look_every(quiescent_s: float) -> float:
@@ -77,7 +84,8 @@ def look_every(quiescent_s: float) -> float:
 class Watcher:
     def __init__(self, args: argparse.Namespace) -> None:
         self.pid: int = args.pid
-        self.out: int = args.out
+        self.link = channel.Link.from_fd(args.sock)
+        self.mem = PhaseMemory(args.shm)
         self.timeout_s: float = args.timeout
         self.report_dir = Path(args.report_dir)
         self.argv: list[str] = json.loads(args.argv)
@@ -85,52 +93,30 @@ class Watcher:
         self.msgs: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.phase = Phase()
         self.eof = False
+        self.hello: dict[str, Any] = {}
         self.base_ignore: set[tuple[int, int]] = set()  # the plugin's listener
         self.phase_ignore: set[tuple[int, int]] = set()  # pytest-timeout's Timer
         self.foreign: list[int] = []  # left out while blocked (faulthandler's watchdog)
         self.timed_out: set[str] = set()  # tests already failed by --timeout
-        reader = threading.Thread(target=self._read, args=(args.inp,), daemon=True)
+        reader = threading.Thread(target=self._read, daemon=True)
         reader.start()
 
-    def _read(self, fd: int) -> None:
-        """Drains the plugin's pipe at once, whatever the main loop is doing (a full pipe
-        would block pytest's main thread)."""
-        lines = channel.Lines(fd)
-        while not lines.eof:
-            for msg in lines.read():
+    def _read(self) -> None:
+        """Takes the plugin's messages at once, whatever the main loop is doing."""
+        while not self.link.dead:
+            for msg in self.link.recv(1.0):
                 self.msgs.put(msg)
         self.msgs.put(None)
 
     def _take(self, msg: dict[str, Any] | None) -> dict[str, Any] | None:
         """Apply one message; an answer is handed back to the one waiting for it."""
-        if msg is None:
-            self.eof = True
+        if msg is None or msg.get("t") == "off":
+            self.eof = True  # pytest ended, started again, or turned hang-watch off
             return None
         what = msg.get("t")
         if what == "hello":
+            self.hello = msg
             self.base_ignore = {(self.pid, int(tid)) for tid in msg.get("ignore", [])}
-            self.obs.ignore |= self.base_ignore
-        elif what in ("phase", "idle"):
-            if what == "phase":  # the infrastructure threads of now (their tids change)
-                self.phase_ignore = {(self.pid, int(t)) for t in msg.get("ignore", [])}
-                self.foreign = [int(t) for t in msg.get("foreign", [])]
-            seq = int(msg.get("seq", 0))
-            now = time.monotonic()
-            when = str(msg.get("when", "idle")) if what == "phase" else "idle"
-            nodeid = str(msg.get("nodeid", self.phase.nodeid))
-            test_started = self.phase.test_started
-            if what == "phase" and (when == "setup" or nodeid != self.phase.nodeid):
-                test_started = now
-            self.phase = Phase(
-                seq,
-                nodeid,
-                when,
-                now,
-                float(msg.get("epoch", 0)),
-                float(msg.get("boot", 0)),
-                test_started,
-            )
-            self.obs.reset()
         elif what == "answer":
             return msg
         return None
@@ -148,14 +134,29 @@ class Watcher:
             if self.eof or answer is not None:
                 return answer
 
+    def _follow(self) -> None:
+        """The phase in shared memory: a new `seq` is a new phase (the rule starts over)."""
+        state = self.mem.read()
+        if state is None or state.seq == self.phase.seq:
+            return
+        self.phase = Phase(state.seq, state.nodeid, state.when, state.boot, state.test_boot)
+        self.phase_ignore = {(self.pid, t) for t in state.timer}
+        self.foreign = list(state.foreign)
+        self.obs.reset()
+
     def run(self) -> int:
-        channel.send(self.out, {"t": "ready", "pid": os.getpid()})
+        self.link.send({"t": "ready", "pid": os.getpid()})
+        beat = time.monotonic()
         try:
             while True:
                 self._drain(POLL_S)
                 if self.eof or self.obs.gone:
                     return 0
+                self._follow()
                 now = time.monotonic()
+                if now - beat >= BEAT_S:
+                    beat = now
+                    self.link.send({"t": "beat"}, timeout=0)
                 self._ignore()
                 self.obs.look(now)
                 phase = self.phase
@@ -166,11 +167,13 @@ class Watcher:
                 elif (
                     self.timeout_s > 0
                     and phase.nodeid not in self.timed_out
-                    and now - phase.test_started >= self.timeout_s
+                    and procstart.now() - phase.test_boot >= self.timeout_s
                 ):
                     # once: its teardown (or the rest of its call) is the same test
                     self.timed_out.add(phase.nodeid)
                     self._trigger(Trigger.WALL, phase)
+                if self.eof:
+                    return 0
         finally:
             self.obs.close()
 
@@ -183,14 +186,13 @@ class Watcher:
         ignore |= {(self.pid, t) for t in self.foreign if procstart.blocked(self.pid, t)}
 
     def _trigger(self, trigger: Trigger, phase: Phase) -> None:
-        after = time.monotonic() - (
-            phase.started if trigger is Trigger.QUIESCENT else phase.test_started
-        )
+        after = procstart.now() - (phase.boot if trigger is Trigger.QUIESCENT else phase.test_boot)
         if trigger is Trigger.QUIESCENT:
             reason = f"every thread of pytest's tree blocked on the tree in {phase.when}"
         else:
             reason = f"{phase.nodeid} ran past --hang-timeout {self.timeout_s:g}s"
         label = "pytest-" + phase.nodeid.rsplit("/", 1)[-1].replace("::", "-")
+        self.link.send({"t": "busy"}, timeout=0)  # the plugin allows a diagnosis longer
         try:
             report = start_report(
                 self.report_dir, label, "pytest", self.argv, psutil.Process(self.pid)
@@ -217,34 +219,56 @@ class Watcher:
             trigger=trigger.value,
             after_s=after,
             kind=str(verdict.kind),
-            summary=verdict.summary,
+            summary=verdict.summary[:MAX_TEXT],
             cause_id=top.id if top else "",
-            cause_title=top.sentence if top else "",
+            cause_title=top.sentence[:MAX_TEXT] if top else "",
             report=str(report.directory),
             time=time.time(),
         )
         channel.write_verdict(self.report_dir, hang)
         born = self._born_since(phase.boot)  # before the answer: the tree is still whole
-        answered = channel.send(self.out, {"t": "hang", **hang.to_json()})
+        answered = self.link.send({"t": "hang", **hang.to_json()})
         answer = self._drain(ANSWER_S) if answered else None
-        how = str(answer.get("how", "")) if answer else "killed"
+        how = str(answer.get("how", "")) if answer else channel.KILLED
         if how == channel.INTERRUPTED:
             victims = born + self._born_since(phase.boot)
             left = self.obs.leave_out_threads_since(self.pid, phase.boot)
             if left:
                 print(f"{hang.nodeid}: threads left behind {left}", file=sys.stderr)
-        elif how == channel.MOVED:
-            victims = []
+        elif how in (channel.MOVED, channel.OWN):
+            victims = []  # OWN: the plugin's fault, and it is off now: nothing to end
         else:  # pytest starts again or ends: nothing of this incarnation may stay
             victims = self._born_since(-1.0)
         print(f"{hang.nodeid}: answer {how}, killing {[p.pid for p in victims]}", file=sys.stderr)
         killed = _kill(victims)
-        if how == "killed":  # no answer: the GIL is held, or pytest is gone
-            killed += _kill(_procs([self.pid]))
+        if how == channel.KILLED:  # no answer: the GIL is held, or pytest is gone
+            how = self._no_answer(hang)
+            if how == channel.KILLED:
+                killed += _kill(_procs([self.pid]))
         done = dataclasses.replace(hang, answer=how, killed=killed)
         channel.write_verdict(self.report_dir, done)
-        channel.send(self.out, {"t": "cleaned", "seq": phase.seq, "killed": killed})
+        self.link.send({"t": "cleaned", "seq": phase.seq, "killed": killed})
+        if how in (channel.OWN, channel.EXEC_TRACED):
+            self.eof = True  # hang-watch is off; or a new watcher follows the new image
         self.obs.reset()
+
+    def _no_answer(self, hang: channel.Hang) -> str:
+        """Nothing of Python runs in pytest (its main thread holds the GIL in native code):
+        a worker is ended (xdist replaces it); pytest itself is made to start again through
+        gdb, with the verdict in its journal. Only where that cannot be done does it end."""
+        block = self.hello.get("exec")
+        journal = str(self.hello.get("journal") or "")
+        if self.hello.get("worker") or not isinstance(block, dict) or not journal:
+            return channel.KILLED
+        traced = dataclasses.replace(hang, answer=channel.EXEC_TRACED)
+        if not append_hung(Path(journal), traced):
+            print(f"{hang.nodeid}: the journal {journal} cannot take the verdict", file=sys.stderr)
+            return channel.KILLED
+        why = traced_exec(self.pid, block, journal)
+        if why is not None:
+            print(f"{hang.nodeid}: {why}: pytest is ended", file=sys.stderr)
+            return channel.KILLED
+        return channel.EXEC_TRACED
 
     def _born_since(self, boot: float) -> list[psutil.Process]:
         """pytest's descendants born at or after `boot` (seconds since boot), the watcher
@@ -299,8 +323,8 @@ def _kill(procs: list[psutil.Process]) -> list[int]:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m harness.pytest_plugin.watcher")
     ap.add_argument("--pid", type=int, required=True)
-    ap.add_argument("--in", dest="inp", type=int, required=True)
-    ap.add_argument("--out", type=int, required=True)
+    ap.add_argument("--sock", type=int, required=True)
+    ap.add_argument("--shm", type=int, required=True)
     ap.add_argument("--quiescent", type=float, default=5.0)
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--report-dir", required=True)
