@@ -1,4 +1,4 @@
-"""Text from the program under test, made safe for the reader it is rendered for.
+r"""Text from the program under test, made safe for the reader it is rendered for.
 
 The trainer's output reaches a report as evidence lines, first error lines, dashboard keys and
 values, paths and frame names: bytes the harness does not control. Each renderer passes them
@@ -10,9 +10,13 @@ through one function here, chosen by its reader:
 - XML (`xml_safe`): the characters XML 1.0 forbids are removed (a C0 control makes junit.xml
   not well-formed, and our own junitparser could not read it back); the rest is kept as is;
 - Markdown (`markdown_text`, `markdown_code`): controls stripped as for a terminal, then
-  escaped so that trainer text stays text: no raw HTML, entity, link, heading, list, table
-  cell break or code fence. `<`, `>` and `&` become HTML entities, which is also the escape
-  GitHub's step summary (Markdown with HTML) needs;
+  escaped so that trainer text stays text: no raw HTML, entity, link, heading, list, block
+  quote, table cell break or code fence. Only what Markdown would read as markup is escaped,
+  with a backslash, so the raw file (issue.md, report.md) reads as well as the rendered one:
+  a `<` that would open a tag, a comment or an autolink (`\<script>`), a `&` that would make
+  an entity (`\&lt;`), a `>` that would open a block quote; `a > b`, `x => y`, `a < b` and
+  `a && b` stay as written. A backslash escape is CommonMark's, so it holds wherever the
+  Markdown is rendered, GitHub's step summary (Markdown with HTML) included;
 - HTML (`html_text`): controls and bidi overrides stripped (newlines kept), then `html.escape`.
 
 Why not rich's helpers: `rich.control.strip_control_codes` removes five C0 codes only (BEL,
@@ -42,13 +46,14 @@ _INVISIBLE = re.compile(
 )
 # XML 1.0 Char: #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF]
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-# Markdown: characters that open a construct anywhere in a line. `_` is left alone: it only
-# emphasises between words, changes no meaning, and identifiers are full of it
-_MD_INLINE = re.compile(r"[\\`*\[\]|~]")
-_MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
-# …and at the start of a paragraph: a heading, a list item, a setext underline, a numbered
-# item (its `.` or `)` is escaped)
-_MD_LEADING = re.compile(r"^(\d+)([.)])|^()([#+=-])")
+# Markdown: what opens a construct anywhere in a line. `_` is left alone: it only
+# emphasises between words, changes no meaning, and identifiers are full of it. A `<` opens
+# raw HTML or an autolink only before a letter, `/`, `!` or `?` (CommonMark 6.5, 6.6), a `&`
+# an entity only as `&name;`, `&#digits;` or `&#xhex;` (2.5): elsewhere they are text
+_MD_INLINE = re.compile(r"[\\`*\[\]|~]|<(?=[A-Za-z/!?])|&(?=#?[0-9A-Za-z]+;)")
+# …and at the start of a paragraph: a heading, a list item, a block quote, a setext
+# underline, a numbered item (its `.` or `)` is escaped), a thematic break of underscores
+_MD_LEADING = re.compile(r"^(\d+)([.)])|^()([#+=>-])|^()(_)(?=(?: *_){2,} *$)")
 
 
 def strip_controls(text: str, keep_newlines: bool = False) -> str:
@@ -76,18 +81,18 @@ def xml_safe(text: str) -> str:
 
 def markdown_text(text: str, paragraph: bool = True) -> str:
     """One line of Markdown that renders as exactly `text` (controls stripped, whitespace
-    runs as one space): no HTML, entity, link, code, table cell break, heading or list comes
-    of it. `paragraph=False` for a table cell or the rest of a line, where no block starts."""
+    runs as one space): no HTML, entity, link, code, table cell break, heading, list or block
+    quote comes of it, and what is not markup stays as written (`a > b`, not `a &gt; b`).
+    `paragraph=False` for a table cell or the rest of a line, where no block starts."""
     flat = " ".join(strip_controls(text).split())
     escaped = _MD_INLINE.sub(lambda m: "\\" + m[0], flat)
-    escaped = "".join(_MD_ENTITIES.get(c, c) for c in escaped)
     if paragraph:
         escaped = _MD_LEADING.sub(_escape_leading, escaped, count=1)
     return escaped
 
 
 def _escape_leading(m: re.Match[str]) -> str:
-    digits, mark = (m[1], m[2]) if m[2] else (m[3], m[4])
+    digits, mark = next((m[i], m[i + 1]) for i in (1, 3, 5) if m[i + 1])
     return f"{digits}\\{mark}"
 
 

@@ -30,6 +30,7 @@ from harness.text import (
     xml_safe,
 )
 from tests.harness_cli import harness
+from tests.mdrender import read
 
 # what a terminal, a reader or GitHub would act on
 CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
@@ -128,9 +129,11 @@ def test_junit_is_well_formed_and_reads_back(hostile_run: tuple[str, str, Path, 
 @pytest.mark.timeout(120)
 def test_report_md_is_plain_text(hostile_run: tuple[str, str, Path, Path]) -> None:
     md = (hostile_run[2] / "report.md").read_text()
-    assert "<script" not in md and "\x1b" not in md and "\x00" not in md, md
+    assert "\x1b" not in md and "\x00" not in md, md
     assert not CONTROLS.search(md.replace("\n", "")) and not BIDI.search(md)
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in md
+    assert "\\<script>alert(1)\\</script>" in md  # escaped for Markdown, readable raw
+    tags, text = read(md)
+    assert "script" not in tags and "<script>alert(1)</script>" in text  # rendered: text
     assert "\\| a \\| b \\|" in md  # the table row is text, each pipe escaped
     assert not [ln for ln in md.splitlines() if ln.startswith("```")], md  # no fence opened
 
@@ -139,8 +142,9 @@ def test_report_md_is_plain_text(hostile_run: tuple[str, str, Path, Path]) -> No
 def test_step_summary_has_no_raw_html(hostile_run: tuple[str, str, Path, Path]) -> None:
     text = hostile_run[3].read_text()
     assert "RuntimeError: boom" in text, text
-    assert "<" not in text and "\x1b" not in text and not BIDI.search(text), text
-    assert "&lt;script&gt;" in text
+    assert "\x1b" not in text and not BIDI.search(text), text
+    tags, shown = read(text)
+    assert "script" not in tags and "<script>alert(1)</script>" in shown, text
 
 
 @pytest.mark.timeout(120)
@@ -177,8 +181,10 @@ def test_matrix_tables_escape_run_text(tmp_path: Path, monkeypatch: pytest.Monke
     out = tmp_path / "compare"
     matrix.write_matrix(m, out)
     for text in ((out / "compare.md").read_text(), summary.read_text()):
-        assert "<img" not in text and "<b>" not in text and "\x1b" not in text, text
-        assert not BIDI.search(text) and "\x00" not in text
+        assert "\x1b" not in text and not BIDI.search(text) and "\x00" not in text, text
+        tags, shown = read(text)  # rendered: the markup is text, no element
+        assert not {"img", "b"} & set(tags), text
+        assert "<img src=x onerror=alert(1)>" in shown and "x<b>" in shown, shown
         rows = [ln for ln in text.splitlines() if ln.startswith("| x")]
         assert len(rows) == 1, text
         cells = re.split(r"(?<!\\)\|", rows[0])[1:-1]  # the escaped pipes add no column
@@ -200,7 +206,9 @@ def test_summary_markdown_and_annotations_escape(tmp_path: Path) -> None:
     r = Report("id", tmp_path, [], "watch")
     r.verdict = Verdict(Kind.ERROR_EXIT, summary="boom\n::error::again <b>x</b> \x1b[2J")
     text = github.summary_markdown(r)
-    assert "<b>" not in text and "\x1b" not in text and "&lt;b&gt;" in text
+    assert "\x1b" not in text and "\\<b>x\\</b>" in text
+    tags, shown = read(text)
+    assert "b" not in tags and "<b>x</b>" in shown
     [line] = github.workflow_commands(r, {})
     assert line.count("\n") == 0 and "::error::again" in line and "\x1b" not in line
     assert line.startswith("::error title=")
@@ -230,14 +238,25 @@ def test_xml_safe_examples() -> None:
 
 
 def test_markdown_examples() -> None:
-    assert markdown_text("<script>x</script>") == "&lt;script&gt;x&lt;/script&gt;"
+    assert markdown_text("<script>x</script>") == "\\<script>x\\</script>"
+    assert (
+        markdown_text("<!-- x --> <?p?> <http://e> <a/>")
+        == "\\<!-- x --> \\<?p?> \\<http://e> \\<a/>"
+    )
+    # what Markdown does not read as markup stays as written: the raw file reads as well
+    said = "child hung > 3.0s; libgomp.so.1 => /lib/x; a < b, 1 <2, a && b, x -> y"
+    assert markdown_text(said) == said
+    assert (
+        markdown_text("> quote") == "\\> quote" and markdown_text("> q", paragraph=False) == "> q"
+    )
+    assert markdown_text("___") == "\\___" and markdown_text("__init__") == "__init__"
     assert markdown_text("a | b") == "a \\| b"
     assert markdown_text("[t](http://e) ![i](x)") == "\\[t\\](http://e) !\\[i\\](x)"
     assert markdown_text("# h") == "\\# h" and markdown_text("# h", paragraph=False) == "# h"
     assert markdown_text("1. x") == "1\\. x" and markdown_text("- x") == "\\- x"
     assert markdown_text("```\nfence") == "\\`\\`\\` fence"
     assert markdown_text("back\\| slash") == "back\\\\\\| slash"  # no escape is undone
-    assert markdown_text("&#x202e; &lt;") == "&amp;#x202e; &amp;lt;"
+    assert markdown_text("&#x202e; &lt; &#8238;") == "\\&#x202e; \\&lt; \\&#8238;"
     assert markdown_text("env_start") == "env_start"
     assert markdown_code("a `b` c") == "``a `b` c``"
     assert markdown_code("`x`") == "`` `x` ``" and markdown_code("a|b") == "`a\\|b`"
@@ -274,7 +293,12 @@ def test_xml_safe_is_accepted_inside_an_element(s: str) -> None:
 def test_markdown_text_is_one_inert_line(s: str) -> None:
     out = markdown_text(s)
     assert "\n" not in out and not CONTROLS.search(out) and not BIDI.search(out)
-    assert "<" not in out and ">" not in out
+    # rendered, it is one paragraph of the text itself: no tag, comment, entity, link,
+    # heading, list, quote or break came of it (`_` emphasis aside, left alone by choice)
+    tags, text = read(out)
+    flat = " ".join(strip_controls(s).split())
+    assert set(tags) <= {"p", "em", "strong"} and tags[:1] == (["p"] if flat else []), out
+    assert text.removesuffix("\n").replace("_", "") == flat.replace("_", ""), out
     # every pipe, bracket and backtick is escaped (preceded by an odd run of backslashes)
     for m in re.finditer(r"(\\*)([|\[\]`])", out):
         assert len(m[1]) % 2 == 1, out

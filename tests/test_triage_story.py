@@ -19,6 +19,7 @@ import pytest
 from harness.triage.model import Step, StepName, StepStatus, TriageResult
 from harness.triage.story import write_story
 from harness.triage.story_facts import Evidence
+from tests.mdrender import read, render
 from tests.test_report_html import browser, open_page  # noqa: F401  (the fixtures, reused)
 
 SECTIONS = ("Environment", "Symptom", "Reproduction", "Blame", "Knobs", "Fix")
@@ -329,22 +330,53 @@ def test_hostile_run_text_stays_text(tmp_path: Path) -> None:
     rep, exp = r.step(StepName.REPRODUCE), r.step(StepName.EXPLAIN)
     rep.result["summary"] = HOSTILE
     exp.result["location"] = HOSTILE
-    exp.result["waits"] = [HOSTILE]
+    exp.result["waits"] = [HOSTILE, "> " + HOSTILE, "# " + HOSTILE, "1. " + HOSTILE]
     rep.headline = "# " + HOSTILE
     r.commands.append("echo ```\n## not a heading")
     write_story(r)
     md = (tmp_path / "issue.md").read_text()
-    # inside a code span markup is shown as it is; outside one it is an entity
+    # inside a code span markup is shown as it is; outside one it is escaped for Markdown
     outside_code = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", md)
-    assert "<script>" not in outside_code and "&lt;script&gt;" in md
+    assert "\\<script>alert(1)\\</script>" in outside_code
     assert "``<script>alert(1)</script>" in md
     assert "\u202e" not in md and "\u202c" not in md
     assert "[x](http" not in outside_code and "\\[x\\](http" in md
     assert list(sections(md)) == list(SECTIONS)  # no heading came from run text
+    # rendered: the markup is the text a reader sees, never an element
+    tags, shown = read(md)
+    assert "script" not in tags and tags.count("blockquote") == 1, tags  # the story's own
+    assert tags.count("ol") == 0 and tags.count("h2") == len(SECTIONS), tags
+    assert 'href="http://evil"' not in render(md)
+    assert shown.count("<script>alert(1)</script>") >= 5  # every copy shown as text
     fences = re.findall(r"^(`{3,})sh$", md, flags=re.MULTILINE)
     assert fences and len(fences[0]) > 3  # longer than the ``` inside the command
     page = (tmp_path / "triage.html").read_text()
     assert "<script>alert" not in page and "\u202e" not in page
+
+
+DOCTOR_DETAIL = (
+    "this OpenMP runtime deadlocks in a forked child (libgomp fork hazard): child hung > 3.0s "
+    "(child state S in futex_do_wait); runtime libgomp.so.1 => /lib/x86_64-linux-gnu/libgomp.so.1"
+)
+
+
+def test_issue_md_reads_raw_as_it_renders(tmp_path: Path) -> None:
+    """issue.md is pasted upstream and read raw too: a `>` or `=>` that Markdown does not
+    read as markup stays as written (it once was `child hung &gt; 3.0s`, `=&gt;`), and the
+    rendered line says the same."""
+    r = replica(tmp_path)
+    r.step(StepName.EXPLAIN).result["doctor"] = [
+        {"name": "openmp-after-fork", "status": "warn", "detail": DOCTOR_DETAIL},
+        {"name": "openmp", "status": "ok", "detail": "team of 2; a < b && c -> d"},
+    ]
+    write_story(r)
+    md = (tmp_path / "issue.md").read_text()
+    lines = md.splitlines()
+    assert f"  - openmp-after-fork: warn — {DOCTOR_DETAIL}" in lines, md
+    assert "  - openmp: ok — team of 2; a < b && c -> d" in lines, md
+    assert not re.search(r"&(gt|lt|amp|quot|#\d+|#x[0-9a-f]+);", md), md  # no entity anywhere
+    _, shown = read(md)
+    assert DOCTOR_DETAIL in shown and "a < b && c -> d" in shown
 
 
 def test_a_run_folder_that_is_gone_is_not_linked(tmp_path: Path) -> None:

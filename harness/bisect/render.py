@@ -120,7 +120,7 @@ def _md_result(result: BisectResult) -> list[str]:
             )
         lines += ["", *table(("", "parent (last good)", "first bad"), side_by_side(result))]
         lines += ["", "## Evidence (first bad)", ""]
-        lines += [f"- {md(e)}" for e in result.first_bad.decisive.evidence]
+        lines += [f"- {md(e, True)}" for e in result.first_bad.decisive.evidence]
         # no backtick in a diff stat line can close the fence early
         diffstat = strip_controls(result.diffstat, keep_newlines=True).replace("`", "'")
         lines += ["", "## Diff stat", "", "```", diffstat, "```"]

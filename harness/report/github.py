@@ -4,11 +4,12 @@ annotation at the located source line of a hang (so the pull request shows it on
 and `::warning` annotations for failed checks. Outside Actions nothing here writes anything.
 
 GitHub renders the step summary as Markdown with HTML: every value in it goes through
-`report.markdown` (`harness.text.markdown_text`: `<`, `>` and `&` as HTML entities, Markdown
-escaped). An annotation's message has its controls removed and CR/LF escaped, so it stays one
-line: nothing the trainer printed can start a workflow command of its own on our stdout (the
-trainer's output itself never reaches our stdout: it goes to output.log, and with --tee to
-stderr).
+`report.markdown` (`harness.text.markdown_text`: whatever Markdown would read as markup,
+raw HTML and entities included, backslash-escaped; CommonMark's escapes, which GitHub's
+renderer honours). An annotation's message has its controls removed and CR/LF escaped, so it
+stays one line: nothing the trainer printed can start a workflow command of its own on our
+stdout (the trainer's output itself never reaches our stdout: it goes to output.log, and
+with --tee to stderr).
 
 Workflow command syntax: https://docs.github.com/actions/reference/workflow-commands-for-github-actions
 """

@@ -35,6 +35,12 @@ def t(value: object) -> str:
     return markdown_text(str(value), paragraph=False)
 
 
+def p(value: object) -> str:
+    """Run text as Markdown that starts a paragraph or a list item, where a leading `#`,
+    `>`, `-` or `1.` would open a block."""
+    return markdown_text(str(value), paragraph=True)
+
+
 def c(value: object) -> str:
     return markdown_code(str(value)) or t(NOT_KNOWN)
 
@@ -103,14 +109,14 @@ def _symptom(r: TriageResult) -> list[str]:
     )
     waits = strings(pick(ex, "waits"))
     out.append("- **who waits for whom**:" + ("" if waits else f" {t(NOT_KNOWN)}"))
-    out += [f"  - {t(w)}" for w in waits]
+    out += [f"  - {p(w)}" for w in waits]
     for cause in causes[1:]:
         out.append(f"- other cause: {t(cause_line(cause))}")
     doctor = entries(ex, "doctor")
     if doctor:
         out.append("- **doctor**:")
         out += [
-            f"  - {t(d.get('name') or '?')}: {t(d.get('status') or '?')}"
+            f"  - {p(d.get('name') or '?')}: {t(d.get('status') or '?')}"
             + (f" — {t(d['detail'])}" if isinstance(d.get("detail"), str) and d["detail"] else "")
             for d in doctor
         ]
@@ -120,7 +126,7 @@ def _symptom(r: TriageResult) -> list[str]:
 def _reproduction(r: TriageResult) -> list[str]:
     out = ["## Reproduction", ""]
     if not r.commands:
-        return [*out, t("not known: the triage recorded no command")]
+        return [*out, p("not known: the triage recorded no command")]
     return [*out, *_fenced(r.commands, "sh")]
 
 
@@ -181,7 +187,7 @@ def _blame(r: TriageResult) -> list[str]:
         possible = scalars(pick(res, "possible"), key="sha")
         out.append(f"First bad commit: not found ({t(word(res, 'status') or NOT_KNOWN)}).")
         if possible:
-            out.append("Possible: " + ", ".join(c(p) for p in possible))
+            out.append("Possible: " + ", ".join(c(sha) for sha in possible))
     return out
 
 
@@ -190,7 +196,7 @@ def _knobs(r: TriageResult) -> list[str]:
     out = ["## Knobs", ""]
     missing = not_investigated(step)
     if missing:
-        return [*out, t(missing)]
+        return [*out, p(missing)]
     knobs = entries(step.result, "knobs")
     groups = (
         ("ruled-out", "Ruled out (the outcome does not change)"),
@@ -210,7 +216,7 @@ def _knobs(r: TriageResult) -> list[str]:
             out.append(f"- {what}" + (f": {t(line)}" if isinstance(line, str) and line else ""))
         out.append("")
     if not knobs:
-        out += [t("no knob was swept"), ""]
+        out += [p("no knob was swept"), ""]
     if word(step.result, "conclusion"):
         out.append("Conclusion: " + t(word(step.result, "conclusion")))
     return out
@@ -221,7 +227,7 @@ def _fix(r: TriageResult) -> list[str]:
     out = ["## Fix", ""]
     missing = not_investigated(step)
     if missing:
-        return [*out, t(missing)]
+        return [*out, p(missing)]
     res = step.result
     variant = word(res, "fix_variant") or (
         r.fix_confirmed if isinstance(r.fix_confirmed, str) else None
@@ -232,7 +238,7 @@ def _fix(r: TriageResult) -> list[str]:
     else:
         out.append(f"No fix confirmed ({t(word(res, 'decision') or NOT_KNOWN)}).")
     if word(res, "summary"):
-        out += ["", t(word(res, "summary"))]
+        out += ["", p(word(res, "summary"))]
     variants = entries(res, "variants")
     if variants:
         out += ["", "| variant | runs | result |", "|---|---|---|"]
