@@ -267,12 +267,21 @@ def test_active_wait_policy_spins_in_the_pool_but_is_located_in_env_start(
     tmp_path: Path, cache_env: dict[str, str], libgomp_fork_hazard: None
 ) -> None:
     """OMP_WAIT_POLICY=active: the parent's idle OpenMP pool spins (a core busy in libgomp,
-    no code of the program) while the forked child's team waits in futexes; the verdict is a
-    spin, located where the program is stuck, with the same cause."""
+    no code of the program) while the forked child's team waits in futexes. The child's
+    threads can only wake each other: a closed set of the wake graph, a deadlock of the
+    child while the parent spins, located where the program is stuck, with the same cause
+    (before the wake graph: a spin at the startup window)."""
     argv = ["run", "breakout", "--env", "OMP_WAIT_POLICY=active", "--startup", "8"]
     report = harness(*argv, "--timeout", "60", report_root=tmp_path, env=cache_env).report
     v = report["verdict"]
-    assert (v["mechanism"], v["location"]) == ("spin", "env_start"), v["summary"]
+    got = (report["trigger"], v["mechanism"], v["location"])
+    assert got == ("closed", "deadlock", "env_start"), v["summary"]
+    # the parent's main thread waits for the child (in the set), its pool spins (not)
+    parent = report["exit"]["pid"]
+    closed = {(p, t) for p, t in report["samples"]["wake"]["closed"]}
+    assert (parent, parent) in closed
+    pool = [w for w in report["samples"]["waits"] if w["pid"] == parent and w["tid"] != parent]
+    assert pool and all((w["pid"], w["tid"]) not in closed for w in pool), pool
     assert list(causes(report)) == ["openmp-after-fork"]
 
 
