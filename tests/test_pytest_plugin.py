@@ -93,7 +93,15 @@ def _junit(path: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
-def run_session(tmp_path: Path, files: list[str], *extra: str) -> Session:
+def run_session(
+    tmp_path: Path,
+    files: list[str],
+    *extra: str,
+    watch: bool = True,
+    env_extra: dict[str, str] | None = None,
+) -> Session:
+    """One inner session over copies of tests/pytest_hang (`watch`: with --hang-watch)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     cases = tmp_path / "cases"
     shutil.copytree(CASES, cases)
     (cases / "pytest.ini").write_text("[pytest]\npython_files = case_*.py\n")
@@ -114,7 +122,7 @@ def run_session(tmp_path: Path, files: list[str], *extra: str) -> Session:
     )
     marker = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(HANG_LIB=str(lib), HANG_WATCH_TEST_MARK=marker)
+    env.update(HANG_LIB=str(lib), HANG_WATCH_TEST_MARK=marker, **(env_extra or {}))
     reports = tmp_path / "reports"
     junit = tmp_path / "junit.xml"
     cmd = [
@@ -124,7 +132,7 @@ def run_session(tmp_path: Path, files: list[str], *extra: str) -> Session:
         *_plugin_args(),
         "-p",
         "no:cacheprovider",
-        "--hang-watch",
+        *(["--hang-watch"] if watch else []),
         f"--hang-report-dir={reports}",
         f"--junitxml={junit}",
         *extra,

@@ -15,16 +15,22 @@ from harness.pytest_plugin import procstart
 from harness.pytest_plugin.pinned import P
 
 
+# plugins whose threads are the session's infrastructure, never the test's
+INFRA_MODULES = frozenset({"pytest_timeout", "pytest_rerunfailures"})
+
+
 def timer_threads() -> list[int]:
-    """pytest-timeout's thread method: its Timer thread waits with a timeout for the whole
-    test, so the tree would never be quiescent; it is the watchdog, not the test."""
-    return [
-        t.native_id
-        for t in P.enumerate()
-        if isinstance(t, P.timer_class)
-        and getattr(t.function, "__module__", "") == "pytest_timeout"
-        and t.native_id is not None
-    ]
+    """Threads of other pytest plugins that wait for the whole session or test, outside the
+    tree, so the tree would never be quiescent while they live; infrastructure, left out of
+    the rule: pytest-timeout's Timer (its thread method: the watchdog, not the test) and
+    pytest-rerunfailures' status server (started whenever xdist is installed, even without
+    -n: a thread in accept() for the whole session)."""
+    out = []
+    for t in P.enumerate():
+        fn = t.function if isinstance(t, P.timer_class) else getattr(t, "_target", None)
+        if getattr(fn, "__module__", "") in INFRA_MODULES and t.native_id is not None:
+            out.append(t.native_id)
+    return out
 
 
 def foreign_threads() -> list[int]:

@@ -44,13 +44,10 @@ from harness.execute.attach import ptrace_refusal
 from harness.execute.housekeeping import MAX_GAP_S
 from harness.execute.runner import SampleOptions
 from harness.execute.watchloop import WATCH_INTERVAL_S
-from harness.pipeline.attach import diagnose_tree, start_report
-from harness.pipeline.run import finishing
 from harness.pytest_plugin import channel, procstart
 from harness.pytest_plugin.observe import PluginObserver
 from harness.pytest_plugin.phasemem import PhaseMemory
 from harness.pytest_plugin.restart import append_hung, traced_exec
-from harness.report import store
 from harness.vocab import Trigger
 
 POLL_S = 0.1  # the loop's step (messages, the phase); the tree is looked at every `look_every`
@@ -186,6 +183,12 @@ class Watcher:
         ignore |= {(self.pid, t) for t in self.foreign if procstart.blocked(self.pid, t)}
 
     def _trigger(self, trigger: Trigger, phase: Phase) -> None:
+        # imported at the first hang, not at the start: most sessions never hang, and a
+        # watcher starts in every pytest and xdist worker
+        from harness.pipeline.attach import diagnose_tree, start_report
+        from harness.pipeline.run import finishing
+        from harness.report import store
+
         after = procstart.now() - (phase.boot if trigger is Trigger.QUIESCENT else phase.test_boot)
         if trigger is Trigger.QUIESCENT:
             reason = f"every thread of pytest's tree blocked on the tree in {phase.when}"
