@@ -50,8 +50,16 @@ def watch_case(case: Case, tmp_path: Path) -> HarnessResult:
         # is still far beyond any silence of the look-alikes; bench/realworld.py runs every
         # case at the defaults
         opts += ["--stall", str(STALL_S)]
+    # the lock files and FIFOs a case makes, in this test's folder (gone with it)
+    env = {"PUFFER_WG_PATH": str(tmp_path / "wg-path")}
     return harness(
-        "watch", *opts, "--", *case.command(), report_root=tmp_path / "r", timeout=WALL_S + 60
+        "watch",
+        *opts,
+        "--",
+        *case.command(),
+        report_root=tmp_path / "r",
+        timeout=WALL_S + 60,
+        env=env,
     )
 
 

@@ -16,7 +16,12 @@ import shutil
 import tempfile
 import time
 
-DIR = os.path.join(tempfile.gettempdir(), "puffer-ok-wg-fifo")
+# one name per run, inherited by the processes it starts (the environment): two runs at
+# once (the bench's plain lane beside the harness) must not share it
+DIR = os.environ.setdefault(
+    "PUFFER_WG_PATH",
+    os.path.join(tempfile.gettempdir(), f"puffer-ok-wg-fifo-{os.getpid()}"),
+)
 FIFO = os.path.join(DIR, "events.fifo")
 
 

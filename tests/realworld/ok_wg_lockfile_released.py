@@ -17,7 +17,12 @@ import tempfile
 import time
 from multiprocessing.synchronize import Event
 
-LOCK = os.path.join(tempfile.gettempdir(), "puffer-ok-wg-soft.lock")
+# one name per run, inherited by the processes it starts (the environment): two runs at
+# once (the bench's plain lane beside the harness) must not share it
+LOCK = os.environ.setdefault(
+    "PUFFER_WG_PATH",
+    os.path.join(tempfile.gettempdir(), f"puffer-ok-wg-soft-{os.getpid()}.lock"),
+)
 
 
 def try_lock() -> bool:

@@ -26,7 +26,12 @@ import sys
 import tempfile
 import threading
 
-LOCK = os.path.join(tempfile.gettempdir(), "puffer-wg-daemon-flock.lock")
+# one name per run, inherited by the processes it starts (the environment): two runs at
+# once (the bench's plain lane beside the harness) must not share it
+LOCK = os.environ.setdefault(
+    "PUFFER_WG_PATH",
+    os.path.join(tempfile.gettempdir(), f"puffer-wg-daemon-flock-{os.getpid()}.lock"),
+)
 
 
 def serve() -> None:

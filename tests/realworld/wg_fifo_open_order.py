@@ -20,7 +20,12 @@ import os
 import shutil
 import tempfile
 
-DIR = os.path.join(tempfile.gettempdir(), "puffer-wg-fifo-open-order")
+# one name per run, inherited by the processes it starts (the environment): two runs at
+# once (the bench's plain lane beside the harness) must not share it
+DIR = os.environ.setdefault(
+    "PUFFER_WG_PATH",
+    os.path.join(tempfile.gettempdir(), f"puffer-wg-fifo-open-order-{os.getpid()}"),
+)
 REQUESTS, REPLIES = os.path.join(DIR, "requests.fifo"), os.path.join(DIR, "replies.fifo")
 
 

@@ -20,7 +20,12 @@ import os
 import tempfile
 from multiprocessing.synchronize import Barrier
 
-LOCKS = os.path.join(tempfile.gettempdir(), "puffer-wg-flock-abba")
+# one name per run, inherited by the processes it starts (the environment): two runs at
+# once (the bench's plain lane beside the harness) must not share it
+LOCKS = os.environ.setdefault(
+    "PUFFER_WG_PATH",
+    os.path.join(tempfile.gettempdir(), f"puffer-wg-flock-abba-{os.getpid()}"),
+)
 
 
 def job(first: str, second: str, both_hold: Barrier) -> None:

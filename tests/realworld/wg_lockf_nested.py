@@ -21,7 +21,12 @@ import subprocess
 import sys
 import tempfile
 
-LOCK = os.path.join(tempfile.gettempdir(), "puffer-wg-lockf-nested.lock")
+# one name per run, inherited by the processes it starts (the environment): two runs at
+# once (the bench's plain lane beside the harness) must not share it
+LOCK = os.environ.setdefault(
+    "PUFFER_WG_PATH",
+    os.path.join(tempfile.gettempdir(), f"puffer-wg-lockf-nested-{os.getpid()}.lock"),
+)
 
 
 def locked() -> int:

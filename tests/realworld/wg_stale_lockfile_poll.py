@@ -22,7 +22,12 @@ import signal
 import tempfile
 import time
 
-LOCK = os.path.join(tempfile.gettempdir(), "puffer-wg-stale.lock")
+# one name per run, inherited by the processes it starts (the environment): two runs at
+# once (the bench's plain lane beside the harness) must not share it
+LOCK = os.environ.setdefault(
+    "PUFFER_WG_PATH",
+    os.path.join(tempfile.gettempdir(), f"puffer-wg-stale-{os.getpid()}.lock"),
+)
 
 
 class SoftLock:
