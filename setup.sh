@@ -10,6 +10,7 @@ have() { command -v "$1" >/dev/null 2>&1; }
 have gcc || need_pkgs+=(gcc libc6-dev)
 have gdb || need_pkgs+=(gdb)
 have eu-stack || need_pkgs+=(elfutils)
+have strace || need_pkgs+=(strace)   # what a polling loop polls (sampling/polltrace.py)
 have git || need_pkgs+=(git)
 have ccache || need_pkgs+=(ccache)   # the 5.0 build.sh compiles through ccache
 if ! echo 'int main(void){return 0;}' | gcc -fopenmp -x c - -o /dev/null 2>/dev/null; then

@@ -92,6 +92,8 @@ def test_corpus_case(case: Case, tmp_path: Path) -> None:
     # one cause per finding: no second rule claims the same hang (one per process, say)
     # (a hang no cause names has none: its explanation is the wake chain)
     assert [c["id"] for c in verdict["causes"]] == ([want.cause] if want.cause else [])
+    if want.chain:
+        assert re.search(want.chain, verdict["wake_chain"]), verdict["wake_chain"]
     if want.trigger == Trigger.CLOSED:
         wake = report["samples"]["wake"]
         assert wake and wake["closed"], wake  # the set the trigger names, in the report

@@ -315,3 +315,5 @@ def test_a_thread_that_died_is_read_from_the_output() -> None:
     ]
     assert diagnose.thread_died(tail) == "Thread-1 (produce): ValueError: bad row 7"
     assert diagnose.thread_died(["Exception in thread: nothing", "ok"]) == ""
+    cut = ["Exception in thread tile 1 rendered", "tile 2 rendered", "enqueuer:", *tail[1:]]
+    assert diagnose.thread_died(cut) == "enqueuer: ValueError: bad row 7"  # lines cut in

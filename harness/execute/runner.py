@@ -27,8 +27,10 @@ from harness.execute.watchdog import Limits, Pause, Trigger, Watchdog, pause_thr
 from harness.execute.watchloop import WATCH_INTERVAL_S, WatchLoop
 from harness.files import write_failure
 from harness.process import proctree, reaper
+from harness.sampling import polltrace
 from harness.sampling.model import SampleSet, Snapshot
 from harness.sampling.sample import sample_tree
+from harness.vocab import WakeEnd
 
 POLL_S = 0.1
 # CLOCK_BOOTTIME counts a suspend of the machine, which CLOCK_MONOTONIC (the watchdog's
@@ -202,6 +204,19 @@ def _sample(
         origin=start,
     )
     return samples, time.monotonic() - t0
+
+
+def _trace_polling(samples: SampleSet) -> None:
+    """A window's verdict whose wake chain ends at a thread asleep on a timer: what that
+    thread polls, from a second of its syscalls (sampling/polltrace.py), in the chain's end."""
+    wake = samples.wake
+    if wake is None or wake.end is not WakeEnd.TIMED or wake.end_tid is None:
+        return
+    t0 = time.monotonic()
+    found = polltrace.trace(wake.end_tid)
+    samples.timings["polltrace"] = time.monotonic() - t0
+    told = found.words() if isinstance(found, polltrace.PollTrace) else f"not traced: {found}"
+    wake.end_what += f"; {told}"
 
 
 def closed_words(members: frozenset[tuple[int, int]]) -> str:
@@ -382,6 +397,8 @@ def _watched(
                     continue
                 if samples is not None:
                     watch.annotate(samples)
+                    if fired in (Trigger.STARTUP, Trigger.STALL, Trigger.WALL):
+                        _trace_polling(samples)
                 break
             time.sleep(POLL_S)
     except Interrupted as exc:

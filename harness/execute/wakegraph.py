@@ -76,7 +76,7 @@ def _end_of(w: Wait, th: ThreadSample | None) -> tuple[WakeEnd, str] | None:
     if w.kind is WaitKind.RUNNING:
         return WakeEnd.RUNNING, "runs (on a CPU or runnable)"
     if w.kind in (WaitKind.TIMED, WaitKind.HOUSEKEEPING):
-        return WakeEnd.TIMED, f"{w.what}: it wakes by itself, and then? (a sleep or a polling loop)"
+        return WakeEnd.TIMED, f"{w.what}: it wakes by itself (a sleep, or a loop that polls)"
     if w.kind is WaitKind.OUTSIDE:
         return WakeEnd.OUTSIDE, w.what
     if w.kind is WaitKind.UNKNOWN:

@@ -69,20 +69,29 @@ def diagnose(
         _blame(report, pin, checkout, commit)
 
 
-_THREAD_DIED = re.compile(r"^Exception in thread (.{1,120}?):\s*$")
+_THREAD_DIED = re.compile(r"^Exception in thread (.{0,120})$")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*)$")
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 def thread_died(tail: Sequence[str]) -> str:
     """A Python thread that ended with an uncaught exception, from the output
     (threading.excepthook's `Exception in thread NAME:` and the traceback's last line):
-    `Thread-1 (produce): ValueError: bad row`; "" when the output shows none."""
-    for i, line in enumerate(tail):
-        m = _THREAD_DIED.match(line.strip())
+    `Thread-1 (produce): ValueError: bad row`; "" when the output shows none. Lines of other
+    threads may cut into it (stdout and stderr share the pipe): `Exception in thread tile 1
+    rendered`, then `enqueuer:` on a later line, just before the traceback."""
+    lines = [x.strip() for x in tail]
+    for i, line in enumerate(lines):
+        m = _THREAD_DIED.match(line)
         if m is None:
             continue
-        last = next((x.strip() for x in tail[i + 1 : i + 60] if _EXCEPTION.match(x.strip())), "")
-        return f"{m.group(1)}: {last}" if last else m.group(1)
+        after = lines[i + 1 : i + 60]
+        name = m.group(1)
+        if not name.endswith(":"):
+            at = after.index(_TRACEBACK) if _TRACEBACK in after else -1
+            name = after[at - 1] if at > 0 and after[at - 1].endswith(":") else "a thread:"
+        last = next((x for x in after if _EXCEPTION.match(x)), "")
+        return f"{name[:-1]}: {last}" if last else name[:-1]
     return ""
 
 

@@ -155,7 +155,10 @@ class WakeChain:
             f"pid {k.pid} tid {k.tid} ({k.name}) {k.what}" + (f" [{k.note}]" if k.note else "")
             for k in self.links
         ]
-        return " → ".join([*parts, f"ends: {self.end.value}: {self.end_what}"])
+        end = f"ends: {self.end.value}: {self.end_what}"
+        if not parts and self.end_pid is not None:  # the waiting thread is the end itself
+            end = f"pid {self.end_pid} tid {self.end_tid} {end}"
+        return " → ".join([*parts, end])
 
 
 @dataclass

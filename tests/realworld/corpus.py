@@ -26,6 +26,8 @@ class Expect:
     # a regex searched in the located frame (verdict.location_frames[0]), when the location
     # alone cannot tell the processes apart (a parent's and a child's `<module>`)
     frame: str = ""
+    # a regex searched in verdict.wake_chain (where the chain ends, what a poll polls)
+    chain: str = ""
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ def _expect(raw: dict[str, object]) -> Expect:
         cause=str(raw["cause"]),
         pending=str(raw.get("pending", "")),
         frame=str(raw.get("frame", "")),
+        chain=str(raw.get("chain", "")),
     )
 
 
