@@ -19,9 +19,9 @@ from harness.config.signatures import Signatures
 from harness.execute.watchdog import Trigger
 from harness.outcome import Kind
 from harness.process.signals import signal_name
-from harness.sampling.model import Frame, SampleSet, ThreadStack
+from harness.sampling.model import Frame, SampleSet, ThreadStack, WakeChain
 from harness.source.blame import HangBlame
-from harness.vocab import Mechanism, WaitKind
+from harness.vocab import Mechanism, WaitKind, WakeEnd
 
 CRASH_SIGNALS = {
     signal.SIGSEGV,
@@ -307,10 +307,35 @@ def classify_closed(samples: SampleSet | None, reason: str, sigs: Signatures) ->
         waits=[w for w in samples.waits if (w.pid, w.tid) in keep],
         lock_cycles=[c for c in samples.lock_cycles if c.pid in pids],
     )
-    verdict = classify_quiescent(inside, reason, sigs)
-    assert samples.wake is not None
-    verdict.evidence.insert(1, f"wake chain: {samples.wake.text()}")
+    wake = samples.wake
+    assert wake is not None
+    verdict = _at_chain_end(inside, wake, reason, sigs) or classify_quiescent(inside, reason, sigs)
+    verdict.evidence.insert(1, f"wake chain: {wake.text()}")
     return verdict
+
+
+def _at_chain_end(
+    samples: SampleSet, wake: WakeChain, reason: str, sigs: Signatures
+) -> Verdict | None:
+    """Located at the wake chain's end, when it ends at a thread nothing can wake (nobody,
+    a dead waker) and the program's own code runs there: the child that waits forever, the
+    daemon that holds the lock, not the caller who waits for them. A cycle has no one end:
+    None, and the set is located as a whole."""
+    if wake.end not in (WakeEnd.NOBODY, WakeEnd.DEAD) or wake.end_pid is None:
+        return None
+    end = (wake.end_pid, wake.end_tid)
+    done = {(w.pid, w.tid) for w in samples.waits if w.kind is WaitKind.DONE}
+    keep = {end} | {k for k in done if k[0] == wake.end_pid}
+    there = dataclasses.replace(
+        samples,
+        stacks=[s for s in samples.stacks if (s.pid, s.tid) in keep],
+        activity=[a for a in samples.activity if (a.pid, a.tid) in keep],
+        waits=[w for w in samples.waits if (w.pid, w.tid) in keep],
+    )
+    if not there.stacks:
+        return None
+    verdict = classify_quiescent(there, reason, sigs)
+    return verdict if verdict.location else None
 
 
 # ---------------------------------------------------------------- exits

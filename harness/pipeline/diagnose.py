@@ -69,7 +69,7 @@ def diagnose(
         _blame(report, pin, checkout, commit)
 
 
-_THREAD_DIED = re.compile(r"^Exception in thread (.{0,120})$")
+_THREAD_DIED = re.compile(r"Exception in thread (.{0,120})$")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*)$")
 _TRACEBACK = "Traceback (most recent call last):"
 
@@ -82,13 +82,13 @@ def thread_died(tail: Sequence[str]) -> str:
     rendered`, then `enqueuer:` on a later line, just before the traceback."""
     lines = [x.strip() for x in tail]
     for i, line in enumerate(lines):
-        m = _THREAD_DIED.match(line)
+        m = _THREAD_DIED.search(line)  # another thread's line may have come first
         if m is None:
             continue
         after = lines[i + 1 : i + 60]
         name = m.group(1)
         if not name.endswith(":"):
-            at = after.index(_TRACEBACK) if _TRACEBACK in after else -1
+            at = next((k for k, x in enumerate(after) if x.endswith(_TRACEBACK)), -1)
             name = after[at - 1] if at > 0 and after[at - 1].endswith(":") else "a thread:"
         last = next((x for x in after if _EXCEPTION.match(x)), "")
         return f"{name[:-1]}: {last}" if last else name[:-1]
