@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from tests.realworld.corpus import HERE, Case, load_cases  # noqa: E402
 
 WALL_S = 90  # the harness's wall limit, as in tests/test_realworld.py
+HARNESS_EXTRA: list[str] = []  # --load K: the harness's own noisy neighbour on every run
 
 
 @dataclass
@@ -58,6 +59,7 @@ class BareRow:
 
 def harness_run(case: Case, tmp: Path, started: float) -> tuple[HarnessRow, float]:
     cmd = [sys.executable, "-m", "harness", "watch", "--timeout", str(WALL_S), "--cwd", str(HERE)]
+    cmd += HARNESS_EXTRA
     cmd += ["--report-dir", str(tmp), "--json", "--quiet", "--", *case.command()]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=WALL_S + 120, check=False)
     done = time.monotonic() - started
@@ -167,7 +169,21 @@ def main() -> None:
     ap.add_argument("--repeat-healthy", type=int, default=5, help="runs of each look-alike")
     ap.add_argument("--cases", help="comma-separated case ids (default: all)")
     ap.add_argument("--out", type=Path, help="write the Markdown table here too")
+    ap.add_argument("--load", type=int, default=0, help="harness watch --load K on every run")
+    ap.add_argument("--busy", type=int, default=0, help="busy loops beside the whole bench")
     args = ap.parse_args()
+    if args.load:
+        HARNESS_EXTRA[:] = ["--load", str(args.load)]
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        _bench(args)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait(timeout=5)
+
+
+def _bench(args: argparse.Namespace) -> None:
     cases = load_cases()
     if args.cases:
         wanted = set(args.cases.split(","))
