@@ -196,19 +196,9 @@ class HangWatch:
             ctl.boot = procstart.now()
             if when == "setup":
                 self.test_boot = ctl.boot
-            timer, foreign = threads.timer_threads(), threads.foreign_threads()
-            self.mem.write(
-                PhaseState(
-                    ctl.seq,
-                    when,
-                    item.nodeid,
-                    ctl.boot,
-                    P.time(),
-                    self.test_boot,
-                    tuple(timer),
-                    tuple(foreign),
-                )
-            )
+            infra = (tuple(threads.timer_threads()), tuple(threads.foreign_threads()))
+            now = (ctl.boot, P.time(), self.test_boot)
+            self.mem.write(PhaseState(ctl.seq, when, item.nodeid, *now, *infra))
             self._inject(item, when)
         except OwnStall:
             self._own_stall()
@@ -300,15 +290,7 @@ class HangWatch:
             f"hang-watch: quiescent {self.quiescent_s:g}s, timeout {self.timeout_s:g}s, "
             f"reports in {self.report_dir}"
         ]
-        for data in self.resumed.hung if self.resumed else []:
-            hang = channel.Hang.from_json(data)
-            if hang is not None:
-                how = " (the GIL held: through gdb)" if hang.answer == channel.EXEC_TRACED else ""
-                lines.append(
-                    f"hang-watch: resumed after {hang.nodeid} hung in native code{how} "
-                    f"(report {hang.report}); the tests before it are replayed"
-                )
-        return lines
+        return lines + (resume.header(self.resumed) if self.resumed else [])
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:

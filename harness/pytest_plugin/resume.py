@@ -126,6 +126,20 @@ def load(path: Path) -> State:
     return state
 
 
+def header(state: State) -> list[str]:
+    """The resumed session's header lines: the tests it was started again after."""
+    lines = []
+    for data in state.hung:
+        hang = channel.Hang.from_json(data)
+        if hang is not None:
+            how = " (the GIL held: through gdb)" if hang.answer == channel.EXEC_TRACED else ""
+            lines.append(
+                f"hang-watch: resumed after {hang.nodeid} hung in native code{how} "
+                f"(report {hang.report}); the tests before it are replayed"
+            )
+    return lines
+
+
 def hung_reports(hang: channel.Hang, location: tuple[str, int | None, str]) -> list[Any]:
     """The hung phase failed with the verdict; a setup or call that hung is followed by a
     teardown that did not run (passed, as JUnit and the terminal need one to close the

@@ -14,7 +14,6 @@ from collections.abc import Callable, Collection
 from harness.pytest_plugin import procstart
 from harness.pytest_plugin.pinned import P
 
-
 # plugins whose threads are the session's infrastructure, never the test's
 INFRA_MODULES = frozenset({"pytest_timeout", "pytest_rerunfailures"})
 
