@@ -28,6 +28,7 @@ from harness.execute.runner import SampleOptions
 from harness.execute.watchdog import CLOSED_CONFIRM_S
 from harness.execute.watchloop import WATCH_INTERVAL_S, WatchLoop
 from harness.process import proctree
+from harness.sampling import procfs
 from harness.sampling.model import SampleSet
 from harness.sampling.sample import sample_tree
 from harness.sampling.tools import NONE
@@ -145,6 +146,13 @@ class Observer:
         self.loop.ignore = self.ignore
         # the watcher itself, should the tree have adopted it (a subreaper in it)
         self.loop.skip = {os.getpid()}
+
+    def watch_group(self) -> None:
+        """When the target leads its process group, the group is its run: a daemon or a
+        background job that left the tree but not the group (the harness is no subreaper
+        here, so orphans go elsewhere) is watched with it."""
+        if procfs.process_group(self.pid) == self.pid:
+            self.loop.tree.group = self.pid
 
     def look(self, now: float | None = None) -> None:
         self.loop.tick(time.monotonic() if now is None else now)

@@ -5,6 +5,7 @@ processes the run started that left its tree (docs/quiescence.md, "The watched s
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ from harness.sampling.model import ProcessEvent, ProcessSample, Snapshot, Thread
 from harness.vocab import EventKind
 
 MAX_EVENTS = 1000
+GROUP_SCAN_S = 2.0  # a scan of every process for the run's group: at most this often
 _STATUS = {
     "R": "running",
     "S": "sleeping",
@@ -65,6 +67,12 @@ class TreeWalk:
         # this process's own children when the run started (its reaper, a load): every
         # later child of this process other than them was adopted from the run
         self.own: set[int] | None = None
+        # a process group whose every member belongs to the run (`harness attach` on a
+        # group leader: the processes that left its tree but not its group), and the last
+        # scan of /proc for them (kept GROUP_SCAN_S)
+        self.group: int | None = None
+        self._grouped: list[int] = []
+        self._grouped_at: float | None = None
         self._no_children_file = False
         # pid → threads that exited while it lives on (a helper thread that died), and
         # the live threads of each process at the last look
@@ -114,7 +122,21 @@ class TreeWalk:
                 unseen = known is None and self.own is not None and child not in self.own
                 if seen_before or unseen:
                     adopted.append(child)
-        return [self.root, *adopted]
+        return [self.root, *adopted, *self._group_members(adopted)]
+
+    def _group_members(self, roots: list[int]) -> list[int]:
+        if self.group is None:
+            return []
+        now = time.monotonic()
+        if self._grouped_at is None or now - self._grouped_at >= GROUP_SCAN_S:
+            me = os.getpid()
+            self._grouped = [
+                p
+                for p in procfs.all_pids()
+                if p != me and p != self.root and procfs.process_group(p) == self.group
+            ]
+            self._grouped_at = now
+        return [p for p in self._grouped if p not in roots]
 
     def walk(self, now: float) -> list[ProcessSample]:
         out: list[ProcessSample] = []

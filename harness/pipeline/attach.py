@@ -187,6 +187,7 @@ def _watch(opts: AttachOptions, report: Report) -> list[psutil.Process]:
         report.notes.append(f"/proc only: {refusal}")
         print(f"harness attach: {refusal}", file=sys.stderr)
     obs = Observer(opts.pid, opts.quiescent_s)
+    obs.watch_group()
     written = tree_written(tree_pids(opts.pid))
     try:
         while True:

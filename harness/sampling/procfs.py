@@ -163,6 +163,14 @@ def process_ppid(pid: int) -> int | None:
     return int(parsed[1][1]) if parsed is not None and len(parsed[1]) > 1 else None
 
 
+def process_group(pid: int) -> int | None:
+    """The process group of `pid` (stat field 5)."""
+    parsed = _stat_fields(read_proc(f"/proc/{pid}/stat"))
+    if parsed is None or len(parsed[1]) < 3 or not parsed[1][2].lstrip("-").isdigit():
+        return None
+    return int(parsed[1][2])
+
+
 def zombie_status(pid: int) -> int | None:
     """The wait status of a zombie process (stat field 52, Linux 3.5+), or None when it is
     not a zombie or the field cannot be read."""
