@@ -177,6 +177,8 @@ def lock_facts(
     """For fds a thread waits to lock (flock, fcntl F_SETLKW): the lock's holders
     (/proc/locks) and the processes holding the file open (a flock belongs to an open file
     description, which children inherit: any of them may release it by closing it)."""
+    if not keys:
+        return  # /proc/locks is read only for a lock wait (it lists every lock on the host)
     table = wakefacts.read_locks()
     if table is None:
         return
