@@ -116,3 +116,13 @@ def settled(waits: list[tuple[ThreadWait, Wait]], prev: Snapshot | None, snap: S
         ):
             return True
     return False
+
+
+def closed_words(members: frozenset[tuple[int, int]]) -> str:
+    """A closed set in words: "3 threads of pids 10, 11"."""
+    if not members:
+        return ""
+    pids = sorted({p for p, _ in members})
+    shown = ", ".join(map(str, pids[:6])) + (" …" if len(pids) > 6 else "")
+    n = len(members)
+    return f"{n} thread{'s' if n > 1 else ''} of pid{'s' if len(pids) > 1 else ''} {shown}"

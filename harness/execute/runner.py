@@ -20,17 +20,17 @@ from harness import dashboard
 from harness.config.hostprofile import parse_cpu_list
 from harness.dashboard.registry import Parser
 from harness.errors import HarnessError, Interrupted
+from harness.execute import attrigger
 from harness.execute import conditions as host
+from harness.execute.closedwatch import closed_words
 from harness.execute.load import NoisyNeighbour
 from harness.execute.output import OutputPump
 from harness.execute.watchdog import Limits, Pause, Trigger, Watchdog, pause_threshold
 from harness.execute.watchloop import WATCH_INTERVAL_S, WatchLoop
 from harness.files import write_failure
 from harness.process import proctree, reaper
-from harness.sampling import polltrace
 from harness.sampling.model import SampleSet, Snapshot
 from harness.sampling.sample import sample_tree
-from harness.vocab import WakeEnd
 
 POLL_S = 0.1
 # CLOCK_BOOTTIME counts a suspend of the machine, which CLOCK_MONOTONIC (the watchdog's
@@ -206,41 +206,6 @@ def _sample(
     return samples, time.monotonic() - t0
 
 
-def _trace_polling(samples: SampleSet) -> None:
-    """A window's verdict whose wake chain ends at a thread asleep on a timer: what that
-    thread polls, from a second of its syscalls (sampling/polltrace.py), in the chain's end."""
-    wake = samples.wake
-    if wake is None or wake.end is not WakeEnd.TIMED or wake.end_tid is None:
-        return
-    t0 = time.monotonic()
-    found = polltrace.trace(wake.end_tid)
-    samples.timings["polltrace"] = time.monotonic() - t0
-    told = found.words() if isinstance(found, polltrace.PollTrace) else f"not traced: {found}"
-    wake.end_what += f"; {told}"
-
-
-def closed_words(members: frozenset[tuple[int, int]]) -> str:
-    """A closed set in words: "3 threads of pids 10, 11"."""
-    if not members:
-        return ""
-    pids = sorted({p for p, _ in members})
-    shown = ", ".join(map(str, pids[:6])) + (" …" if len(pids) > 6 else "")
-    n = len(members)
-    return f"{n} thread{'s' if n > 1 else ''} of pid{'s' if len(pids) > 1 else ''} {shown}"
-
-
-def _confirm(watch: WatchLoop, fired: Trigger, samples: SampleSet | None) -> str | None:
-    """An early trigger (quiescent, closed) holds after the stack dump (None), or why not;
-    its time in the samples. The windows' triggers need no confirmation."""
-    if fired not in (Trigger.QUIESCENT, Trigger.CLOSED):
-        return None
-    t0 = time.monotonic()
-    why = watch.confirm(samples) if fired is Trigger.QUIESCENT else watch.confirm_closed()
-    if samples is not None:
-        samples.timings["confirm"] = time.monotonic() - t0
-    return why
-
-
 @dataclass(frozen=True)
 class Tick:
     """How a run is going, for live progress (about twice a second)."""
@@ -382,7 +347,7 @@ def _watched(
                 progressing = dog.progressing(now)
                 if sampling.enabled:
                     samples, sampling_s = _sample(proc.pid, sampling, watch, start)
-                why = _confirm(watch, fired, samples)
+                why = attrigger.confirm(watch, fired, samples)
                 if why is not None:
                     # the tree moved after all: no early verdict, watch on
                     what = "quiescence" if fired is Trigger.QUIESCENT else "the closed set"
@@ -398,7 +363,7 @@ def _watched(
                 if samples is not None:
                     watch.annotate(samples)
                     if fired in (Trigger.STARTUP, Trigger.STALL, Trigger.WALL):
-                        _trace_polling(samples)
+                        attrigger.trace_polling(samples)
                 break
             time.sleep(POLL_S)
     except Interrupted as exc:

@@ -30,7 +30,8 @@ from harness.execute.attach import (
     visible,
     written_since,
 )
-from harness.execute.runner import SampleOptions, closed_words
+from harness.execute.closedwatch import closed_words
+from harness.execute.runner import SampleOptions
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S, Limits
 from harness.outcome import USAGE, Kind
 from harness.pipeline.diagnose import diagnose
