@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 from collections.abc import Generator
 from pathlib import Path
@@ -359,8 +360,16 @@ class HangWatch:
         if hang is not None:
             report.longrepr = f"{report.longrepr}\n{hang.message}"
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.session = session
+        if self._ours() and self.watcher_fd >= 0:
+            # a watcher that died in the last tests: the listener may not have seen it yet
+            exited = P.poll()
+            exited.register(self.watcher_fd, select.POLLIN)
+            with contextlib.suppress(OSError):
+                if exited.poll(0):
+                    self._off("the watcher ended or its socket was closed")
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:

@@ -90,6 +90,7 @@ class Watcher:
         self.msgs: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.phase = Phase()
         self.eof = False
+        self.off = False  # the plugin said "off" (it lives on, unwatched)
         self.hello: dict[str, Any] = {}
         self.base_ignore: set[tuple[int, int]] = set()  # the plugin's listener
         self.phase_ignore: set[tuple[int, int]] = set()  # pytest-timeout's Timer
@@ -109,6 +110,7 @@ class Watcher:
         """Apply one message; an answer is handed back to the one waiting for it."""
         if msg is None or msg.get("t") == "off":
             self.eof = True  # pytest ended, started again, or turned hang-watch off
+            self.off = self.off or msg is not None
             return None
         what = msg.get("t")
         if what == "hello":
@@ -128,7 +130,8 @@ class Watcher:
             except queue.Empty:
                 return answer
             answer = self._take(msg) or answer
-            if self.eof or answer is not None:
+            # after "off" the plugin is alive: the answer it owes may still come
+            if answer is not None or (self.eof and not self.off):
                 return answer
 
     def _follow(self) -> None:
@@ -233,6 +236,8 @@ class Watcher:
         answered = self.link.send({"t": "hang", **hang.to_json()})
         answer = self._drain(ANSWER_S) if answered else None
         how = str(answer.get("how", "")) if answer else channel.KILLED
+        if answer is None and self.off:
+            how = channel.MOVED  # the plugin turned itself off meanwhile: it is not stuck
         if how == channel.INTERRUPTED:
             victims = born + self._born_since(phase.boot)
             left = self.obs.leave_out_threads_since(self.pid, phase.boot)
