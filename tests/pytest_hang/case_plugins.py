@@ -16,7 +16,7 @@ STATE = {"changed_by_the_forked_test": False}
 @pytest.mark.asyncio
 async def test_async_sleep_and_gather():
     got = await asyncio.gather(asyncio.sleep(0.01, "a"), asyncio.sleep(0.02, "b"))
-    assert got == ["a", "b"]
+    assert list(got) == ["a", "b"]
 
 
 @pytest.mark.asyncio
