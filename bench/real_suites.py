@@ -2,25 +2,22 @@
 outcome counts must be identical, the wall time within 5%, and the plugin must report
 nothing (no verdict, no warning) on suites that do not hang.
 
-The suites, from their PyPI sdists at pinned versions (each ships its tests), chosen for
-their shapes:
-
-- asgiref: threads and asyncio (sync_to_async, thread-sensitive executors, contextvars);
-- execnet: subprocesses (popen gateways, channels between interpreters, threads);
-- pebble: fork, forkserver and spawn process pools, timeouts, thread pools;
-- fasteners: threads and inter-process file locks (multiprocessing, eventlet);
-- aiofiles: asyncio over a thread pool (files, tempfiles, os calls).
+The suites, from their PyPI sdists at pinned versions (each ships its tests), by shape:
+asgiref (threads and asyncio: sync_to_async, thread-sensitive executors), execnet
+(subprocesses: popen gateways, channels), pebble (fork, forkserver and spawn process pools),
+fasteners (threads and inter-process file locks, eventlet), aiofiles (asyncio over a thread
+pool).
 
 It fetches each sdist (`pip download`) and makes a venv of its own (pytest, xdist,
 pytest-timeout, the suites' test dependencies, the harness's; this checkout's `harness` by a
 .pth file) under $HARNESS_SUITES_CACHE, else ~/.cache/puffer-harness/real-suites; later runs
-are offline. Each suite runs in four modes, one after the other: plain, --hang-watch, -n 2,
---hang-watch -n 2. Printed (Markdown, also --out FILE; figures to --json FILE): per suite
-and mode the counts, the wall time and its ratio to the plain run, the watchers' CPU
-(sampled from /proc: the watcher is outside pytest's tree), pytest's own CPU, the tests
-whose outcome differs, and what the plugin said (its summary section, report folders).
+are offline. Each suite runs in four modes side by side (plain, --hang-watch, -n 2,
+--hang-watch -n 2; --repeat N rounds: medians). Printed (Markdown, also --out FILE; figures
+to --json FILE): per suite and mode the counts, the wall time and its ratio to the plain
+run, the watchers' CPU (sampled from /proc: the watcher is outside pytest's tree), pytest's
+own CPU, the tests whose outcome differs, what the plugin said (its summary, report folders).
 
-    .venv/bin/python bench/real_suites.py [--suites asgiref,execnet] [--modes all]
+    .venv/bin/python bench/real_suites.py [--suites asgiref,execnet] [--repeat 3]
     .venv/bin/python bench/real_suites.py --smoke --json F   # pebble's fork files, this venv
 
 Exit status: 0 when every suite ran (the figures say whether they matched), 3 when a suite
@@ -37,6 +34,7 @@ import re
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -324,37 +322,43 @@ def run(suite: Suite, tree: Path, python: str, mode: str, tmp: Path) -> Run:
 
 
 def table(runs: list[Run]) -> list[str]:
+    """One row per suite and mode: the median wall time and watcher CPU over the rounds,
+    each round's outcomes against the plain run of the same round (alone or -n 2)."""
     lines = [
         "| suite | mode | passed / failed / skipped / errors (xfail, xpass) | same as plain | "
-        "wall | ratio | watcher CPU | pytest CPU | plugin said |",
+        "wall (median) | ratio | watcher CPU | pytest CPU | plugin said |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    base: dict[tuple[str, bool], Run] = {}
+    groups: dict[tuple[str, str], list[Run]] = {}
     for r in runs:
-        xdist = "-n 2" in r.mode
-        ref = base.setdefault((r.suite, xdist), r)
-        c = r.counts
+        groups.setdefault((r.suite, r.mode), []).append(r)
+    walls: dict[str, list[float]] = {}
+    for (suite, mode), rs in groups.items():
+        refs = groups[(suite, "plain -n 2" if "-n 2" in mode else "plain")]
+        differ = sorted({k for r, ref in zip(rs, refs, strict=False)
+                         for k in ref.outcomes.keys() | r.outcomes.keys()
+                         if ref.outcomes.get(k) != r.outcomes.get(k)})  # fmt: skip
+        counts = {str(r.counts) for r in rs} | {str(ref.counts) for ref in refs}
+        same = "yes" if len(counts) == 1 and not differ else f"no: {differ[:3]}"
+        c = rs[0].counts
         main = "/".join(str(c.get(w, 0)) for w in ("passed", "failed", "skipped", "errors"))
         extra = f" ({c.get('xfailed', 0)}, {c.get('xpassed', 0)})" if "xfailed" in c else ""
-        differ = sorted(k for k in ref.outcomes.keys() | r.outcomes.keys()
-                        if ref.outcomes.get(k) != r.outcomes.get(k))  # fmt: skip
-        same = "yes" if r.counts == ref.counts and not differ else f"no: {differ[:3]}"
-        said = "; ".join(r.said[:2]) or ("-" if not r.reports else "")
-        if r.reports:
-            said += f" {r.reports} report folder(s)"
+        said = "; ".join(dict.fromkeys(x for r in rs for x in r.said)) or "-"
+        if any(r.reports for r in rs):
+            said += f" {sum(r.reports for r in rs)} report folder(s)"
+        wall = statistics.median(r.wall_s for r in rs)
+        ref_wall = statistics.median(r.wall_s for r in refs)
+        walls.setdefault(mode, []).append(wall)
         lines.append(
-            f"| {r.suite} | {r.mode} | {main}{extra} | {same} | {r.wall_s:.1f} s | "
-            f"{r.wall_s / ref.wall_s:.3f} | {r.watcher_cpu_s:.1f} s | {r.pytest_cpu_s:.1f} s "
-            f"| {said} |"
+            f"| {suite} | {mode} | {main}{extra} | {same} | {wall:.1f} s | "
+            f"{wall / ref_wall:.3f} | {statistics.median(r.watcher_cpu_s for r in rs):.1f} s | "
+            f"{statistics.median(r.pytest_cpu_s for r in rs):.1f} s | {said} |"
         )
-    for mode in dict.fromkeys(r.mode for r in runs):
-        total = sum(r.wall_s for r in runs if r.mode == mode)
-        plain = "plain -n 2" if "-n 2" in mode else "plain"
-        base_s = sum(r.wall_s for r in runs if r.mode == plain) or total
-        cpu = sum(r.watcher_cpu_s for r in runs if r.mode == mode)
-        lines.append(
-            f"| all | {mode} | | | {total:.1f} s | {total / base_s:.3f} | {cpu:.1f} s | | |"
-        )
+    for mode, ws in walls.items():
+        base: list[float] = walls.get("plain -n 2" if "-n 2" in mode else "plain", ws)
+        total, base_total = sum(ws), sum(base)
+        ratio = total / base_total if len(base) == len(ws) and base_total > 0 else 1.0
+        lines.append(f"| all | {mode} | | | {total:.1f} s | {ratio:.3f} | | | |")
     return lines
 
 
@@ -363,6 +367,7 @@ def main() -> int:
     ap.add_argument("--suites", help="comma-separated names (default: all)")
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
     ap.add_argument("--smoke", action="store_true", help="pebble's fork files, this venv")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds (medians in the table)")
     ap.add_argument("--out", type=Path, help="the Markdown table to this file too")
     ap.add_argument("--json", type=Path, help="the figures as JSON to this file")
     a = ap.parse_args()
@@ -380,15 +385,17 @@ def main() -> int:
         print(f"real_suites: cannot fetch: {exc}", file=sys.stderr)
         return 3
     runs: list[Run] = []
-    for suite in suites:
-        for mode in modes:
-            with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
-                r = run(suite, trees[suite.name], python, mode, Path(tmp))
-            runs.append(r)
-            counts = " ".join(f"{n} {w}" for w, n in r.counts.items())
-            print(f"{suite.name} [{mode}]: {counts}, {r.wall_s:.1f} s, "
-                  f"watcher {r.watcher_cpu_s:.1f} CPU-s, said {r.said or '-'}",
-                  file=sys.stderr, flush=True)  # fmt: skip
+    # rounds one after the other, each suite's modes side by side: a load that comes and
+    # goes on a shared machine touches both sides of a ratio
+    order = [(s, m) for _ in range(max(1, a.repeat)) for s in suites for m in modes]
+    for suite, mode in order:
+        with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
+            r = run(suite, trees[suite.name], python, mode, Path(tmp))
+        runs.append(r)
+        counts = " ".join(f"{n} {w}" for w, n in r.counts.items())
+        print(f"{suite.name} [{mode}]: {counts}, {r.wall_s:.1f} s, "
+              f"watcher {r.watcher_cpu_s:.1f} CPU-s, said {r.said or '-'}",
+              file=sys.stderr, flush=True)  # fmt: skip
     head = [f"{s.name} {s.version}: {s.shape}" for s in suites]
     text = "\n".join(["; ".join(head), "", *table(runs)]) + "\n"
     print(text)

@@ -146,7 +146,9 @@ class HangWatch:
         self.listener.start()
         self.listener.ready.wait(2.0)
         hidden = self.report_dir / channel.HIDDEN_DIR
-        if not self.worker:
+        # the journal serves a resume only: an xdist worker ends instead, and pytest.main()
+        # inside another program cannot be started again
+        if not self.worker and resume.resumable() is None:
             try:
                 name = f"journal-{self.pid}-{int(P.time() * 1000)}.jsonl"
                 self.journal = resume.Journal(hidden / name)
@@ -155,7 +157,7 @@ class HangWatch:
                     f"hang-watch: no journal of the session ({exc}): a test stuck "
                     "in native code ends the session instead of resuming it"
                 )
-        if self.journal is not None and resume.resumable() is None:
+        if self.journal is not None:
             env = {**self.env, resume.ENV: str(self.journal.path)}
             self.block = ExecBlock(resume.argv_again(), env, self.cwd, self.std)
         self.link.send(
