@@ -80,9 +80,22 @@ SUITES = [
         "subprocesses (popen gateways)",
         ["testing"],
         "src",
-        # a send right after the remote's SIGTERM raises only if the EOF came first: it
-        # failed 2 of 12 plain runs here, 3 of 12 with --hang-watch
-        flaky=["testing/test_gateway.py::TestPopenGateway::test_waitclose_on_remote_killed"],
+        # races of its own, with or without the plugin (failed or flipped in plain runs
+        # here): a send right after the remote's SIGTERM (2 of 12 plain runs), a cwd read
+        # while another thread of the remote changes it (1 of 20), a channel passed on under
+        # load, and the tests it marks xfail itself for "timing problems" (xfail or xpass)
+        flaky=[
+            f"testing/{t}"
+            for t in (
+                "test_gateway.py::TestPopenGateway::test_waitclose_on_remote_killed",
+                "test_gateway.py::TestBasicGateway::test__rinfo",
+                "test_gateway.py::TestBasicGateway::test_gateway_status_busy",
+                "test_gateway.py::TestThreads::test_status_with_threads",
+                "test_gateway.py::TestTracing::test_popen_stderr_tracing",
+                "test_channel.py::TestChannelBasicBehaviour::test_channel_passing_over_channel",
+                "test_xspec.py::TestMakegateway::test_popen_nice",
+            )
+        ],
     ),
     Suite("pebble", "5.2.3", "fork/forkserver/spawn pools", ["test"], "."),
     Suite(
@@ -335,11 +348,11 @@ def table(runs: list[Run]) -> list[str]:
     walls: dict[str, list[float]] = {}
     for (suite, mode), rs in groups.items():
         refs = groups[(suite, "plain -n 2" if "-n 2" in mode else "plain")]
-        differ = sorted({k for r, ref in zip(rs, refs, strict=False)
-                         for k in ref.outcomes.keys() | r.outcomes.keys()
+        pairs = list(zip(rs, refs, strict=False))  # each round against its own plain run
+        differ = sorted({k for r, ref in pairs for k in ref.outcomes.keys() | r.outcomes.keys()
                          if ref.outcomes.get(k) != r.outcomes.get(k)})  # fmt: skip
-        counts = {str(r.counts) for r in rs} | {str(ref.counts) for ref in refs}
-        same = "yes" if len(counts) == 1 and not differ else f"no: {differ[:3]}"
+        alike = all(r.counts == ref.counts for r, ref in pairs)
+        same = "yes" if alike and not differ else f"no: {differ[:3]}"
         c = rs[0].counts
         main = "/".join(str(c.get(w, 0)) for w in ("passed", "failed", "skipped", "errors"))
         extra = f" ({c.get('xfailed', 0)}, {c.get('xpassed', 0)})" if "xfailed" in c else ""
