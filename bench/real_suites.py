@@ -392,7 +392,7 @@ def main() -> int:
         names = set(a.suites.split(",")) if a.suites else {s.name for s in SUITES}
         suites = [s for s in SUITES if s.name in names]
     try:
-        python = sys.executable if a.smoke else venv(cache, suites)
+        python = sys.executable if a.smoke else venv(cache, SUITES)  # one venv for any selection
         trees = {s.name: fetch(s, cache, sys.executable) for s in suites}
     except (FetchError, subprocess.SubprocessError, OSError) as exc:
         print(f"real_suites: cannot fetch: {exc}", file=sys.stderr)
