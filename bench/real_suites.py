@@ -83,7 +83,10 @@ SUITES = [
         # races of its own, with or without the plugin (failed or flipped in plain runs
         # here): a send right after the remote's SIGTERM (2 of 12 plain runs), a cwd read
         # while another thread of the remote changes it (1 of 20), a channel passed on under
-        # load, and the tests it marks xfail itself for "timing problems" (xfail or xpass)
+        # load, and the tests it marks xfail itself for "timing problems" (xfail or xpass);
+        # and a terminate that takes 0.08 s or 5.1 s (its remote's receive started first or
+        # not: 5 of 6 plain runs of its file slow, 4 of 6 with --hang-watch), which would
+        # swing a wall ratio by 10%
         flaky=[
             f"testing/{t}"
             for t in (
@@ -94,6 +97,7 @@ SUITES = [
                 "test_gateway.py::TestTracing::test_popen_stderr_tracing",
                 "test_channel.py::TestChannelBasicBehaviour::test_channel_passing_over_channel",
                 "test_xspec.py::TestMakegateway::test_popen_nice",
+                "test_termination.py::test_termination_on_remote_channel_receive",
             )
         ],
     ),
@@ -113,13 +117,12 @@ SUITES = [
 SMOKE = Suite(
     "pebble",
     "5.2.3",
-    "fork pools (subset)",
+    "fork and thread pools (subset)",
     [
         "test/test_pebble.py",
         "test/test_concurrent_thread.py",
         "test/test_asynchronous_thread.py",
         "test/test_concurrent_process_fork.py",
-        "test/test_asynchronous_process_fork.py",
     ],
     ".",
 )

@@ -1,9 +1,9 @@
 """A real third-party suite with and without `pytest --hang-watch` (bench/real_suites.py
---smoke: pebble 5.2.3's fork files from its PyPI sdist, 97 tests, in this venv; fetched once
-into the suites' cache, offline after): the outcome of every test must be the same in each
-mode, alone and on two xdist workers, and the plugin must say nothing (no verdict, no
-warning) of a suite that does not hang. The wall time is measured, never asserted here
-(bench/README.md)."""
+--smoke: pebble 5.2.3's fork and thread files from its PyPI sdist, 73 tests, in this venv;
+fetched once into the suites' cache, offline after): the outcome of every test must be the
+same in each mode, alone and on two xdist workers, and the plugin must say nothing (no
+verdict, no warning) of a suite that does not hang. The wall time is measured, never
+asserted here (bench/README.md)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_a_real_suite_has_the_same_outcomes_with_hang_watch(tmp_path: Path) -> N
     runs = {r["mode"]: r for r in json.loads(out.read_text())}
     assert set(runs) == {"plain", "watch", "plain -n 2", "watch -n 2"}, runs.keys()
     plain = runs["plain"]
-    assert sum(plain["counts"].values()) >= 90 and len(plain["outcomes"]) >= 90, plain
+    assert plain["counts"].get("passed", 0) >= 70 and len(plain["outcomes"]) >= 70, plain
     for mode, r in runs.items():
         assert r["outcomes"] == plain["outcomes"], (mode, res.stdout)
         assert r["counts"] == plain["counts"], (mode, r["counts"], plain["counts"])
