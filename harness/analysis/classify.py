@@ -295,23 +295,27 @@ def classify_closed(samples: SampleSet | None, reason: str, sigs: Signatures) ->
     members = {(p, t) for p, t in samples.wake.closed} if samples and samples.wake else set()
     if samples is None or not members:
         return classify_quiescent(samples, reason, sigs)
-    pids = {p for p, _ in members}
-    # the set's threads, and the exited threads of its processes (a main thread that
-    # returned while others keep the process alive: exit-blocked)
+    inside = _only(samples, members)
+    wake = samples.wake
+    assert wake is not None
+    verdict = _at_chain_end(inside, wake, reason, sigs) or classify_quiescent(inside, reason, sigs)
+    verdict.evidence.insert(1, f"wake chain: {wake.text()}")
+    return verdict
+
+
+def _only(samples: SampleSet, threads: set[tuple[int, int]]) -> SampleSet:
+    """The samples of these threads alone, and of the exited threads of their processes (a
+    main thread that returned while others keep the process alive: exit-blocked)."""
+    pids = {p for p, _ in threads}
     done = {(w.pid, w.tid) for w in samples.waits if w.pid in pids and w.kind is WaitKind.DONE}
-    keep = members | done
-    inside = dataclasses.replace(
+    keep = threads | done
+    return dataclasses.replace(
         samples,
         stacks=[s for s in samples.stacks if (s.pid, s.tid) in keep],
         activity=[a for a in samples.activity if (a.pid, a.tid) in keep],
         waits=[w for w in samples.waits if (w.pid, w.tid) in keep],
         lock_cycles=[c for c in samples.lock_cycles if c.pid in pids],
     )
-    wake = samples.wake
-    assert wake is not None
-    verdict = _at_chain_end(inside, wake, reason, sigs) or classify_quiescent(inside, reason, sigs)
-    verdict.evidence.insert(1, f"wake chain: {wake.text()}")
-    return verdict
 
 
 def _at_chain_end(
@@ -323,15 +327,8 @@ def _at_chain_end(
     None, and the set is located as a whole."""
     if wake.end not in (WakeEnd.NOBODY, WakeEnd.DEAD) or wake.end_pid is None:
         return None
-    end = (wake.end_pid, wake.end_tid)
-    done = {(w.pid, w.tid) for w in samples.waits if w.kind is WaitKind.DONE}
-    keep = {end} | {k for k in done if k[0] == wake.end_pid}
-    there = dataclasses.replace(
-        samples,
-        stacks=[s for s in samples.stacks if (s.pid, s.tid) in keep],
-        activity=[a for a in samples.activity if (a.pid, a.tid) in keep],
-        waits=[w for w in samples.waits if (w.pid, w.tid) in keep],
-    )
+    assert wake.end_tid is not None
+    there = _only(samples, {(wake.end_pid, wake.end_tid)})
     if not there.stacks:
         return None
     verdict = classify_quiescent(there, reason, sigs)

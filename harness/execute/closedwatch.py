@@ -79,9 +79,6 @@ class ClosedWatch:
         """Since when the set has held, once it has held for CLOSED_LOOKS looks."""
         return self.since if self.looks >= CLOSED_LOOKS else None
 
-    def last(self) -> dict[Key, _Seen]:
-        return dict(self._last)
-
     def confirm(self, snap: Snapshot) -> str | None:
         """After the stack dump: the set's threads as they were at the last look, a tracer's
         attach forgiven (0.05 s of CPU, the run count)."""

@@ -73,7 +73,6 @@ class TreeFacts:
     futex_wakers: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
     # (pid, tid) → the (pid, tid) owning the pthread mutex it waits for (sampling.locks)
     owners: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
-    owner_notes: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
 def pipe_inode(target: str) -> int | None:

@@ -105,9 +105,6 @@ def _tcp_table(pid: int) -> dict[int, tuple[str, str, str]]:
     return out
 
 
-_holders = wakeread.holders
-
-
 class FactReader:
     """Reads TreeFacts for one snapshot. The scan of processes outside the tree (for pipe
     and socket holders) is kept while the tree's processes stay the same, for at most
@@ -171,7 +168,7 @@ class FactReader:
             if watched is not None:
                 facts.polled[(pid, tid)] = watched
                 wanted += [(pid, fd) for fd, _ in watched]
-        for pid, fd in wanted:
+        for pid, fd in [*wanted, *locked]:  # a lock wait's fd: its file, for lock_facts
             target = procfs.fd_target(pid, fd)
             if target is not None:
                 facts.fds[(pid, fd)] = target
@@ -195,10 +192,6 @@ class FactReader:
         if sockets:
             facts.socket_peers = self._socket_peers(sockets, tree)
         others = [key for key in wanted if pipe_inode(facts.fds.get(key, "")) is None]
-        for key in locked:
-            target = procfs.fd_target(*key)
-            if target is not None:
-                facts.fds[key] = target
         wakeread.fd_facts(facts, others, tree, self.outside_holders)
         wakeread.lock_facts(facts, list(locked), tree, self.outside_holders)
         if futexes and table is not None:
@@ -212,7 +205,8 @@ class FactReader:
         if self._outside_sockets is None or not targets <= self._outside_sockets.keys():
             self._scanned()
             others = [p for p in procfs.all_pids() if p not in self._tree]
-            self._outside_sockets = {**(self._outside_sockets or {}), **_holders(others, targets)}
+            found = wakeread.holders(others, targets)
+            self._outside_sockets = {**(self._outside_sockets or {}), **found}
         return {t: self._outside_sockets.get(t, []) for t in targets}
 
     def _outside_pipes(
@@ -244,17 +238,9 @@ class FactReader:
                 peer_of[ino] = f"socket:[{other}]"
         if not peer_of:
             return {}
-        inside = _holders(tree, set(peer_of.values()))
-        wanted = set(peer_of.values())
-        if self._outside_sockets is None or not wanted <= self._outside_sockets.keys():
-            self._scanned()
-            others = [p for p in procfs.all_pids() if p not in set(tree)]
-            self._outside_sockets = {**(self._outside_sockets or {}), **_holders(others, wanted)}
-        out = {}
-        for ino, peer in peer_of.items():
-            if inside[peer] and not self._outside_sockets.get(peer):
-                out[ino] = inside[peer]
-        return out
+        inside = wakeread.holders(tree, set(peer_of.values()))
+        away = self.outside_holders(set(peer_of.values()))
+        return {ino: inside[p] for ino, p in peer_of.items() if inside[p] and not away[p]}
 
 
 def process_io(pids: Iterable[int]) -> dict[int, tuple[int, int]] | None:

@@ -36,10 +36,13 @@ def _live(snap: Snapshot) -> dict[int, set[Key]]:
     }
 
 
-def _waker_threads(w: Wait, live: Mapping[int, set[Key]], me: Key) -> set[Key]:
+def _alive(live: Mapping[int, set[Key]]) -> set[Key]:
+    return set().union(*live.values()) if live else set()
+
+
+def _waker_threads(w: Wait, live: Mapping[int, set[Key]], alive: set[Key], me: Key) -> set[Key]:
     """The live threads that could end `w` (the waiter itself excluded: it is asleep)."""
     if w.owners:
-        alive = set().union(*live.values()) if live else set()
         return {o for o in w.owners if o in alive and o != me}
     out: set[Key] = set()
     for pid in w.wakers:
@@ -53,10 +56,10 @@ def closed_set(snap: Snapshot, waits: Mapping[Key, Wait]) -> frozenset[Key]:
     fixpoint: start from every resolved untimed wait, drop a thread while any of its
     possible wakers is outside the set, until nothing drops)."""
     live = _live(snap)
-    alive = set().union(*live.values()) if live else set()
+    alive = _alive(live)
     cand = {k for k, w in waits.items() if k in alive and w.kind is WaitKind.TREE and w.resolved}
     while True:
-        drop = {k for k in cand if not _waker_threads(waits[k], live, k) <= cand}
+        drop = {k for k in cand if not _waker_threads(waits[k], live, alive, k) <= cand}
         if not drop:
             return frozenset(cand)
         cand -= drop
@@ -115,6 +118,7 @@ def chain(
     exited (a chain that ends at nobody in such a process ends at a dead thread)."""
     threads = _threads(snap)
     live = _live(snap)
+    alive = _alive(live)
     names = {p.pid: p.name for p in snap.processes}
     links: list[WakeLink] = []
     seen: list[Key] = []
@@ -134,7 +138,7 @@ def chain(
             key[0], key[1], name, w.what, w.on, list(w.wakers), _note(key[0], snap, root)
         )
         links.append(link)
-        nxt = sorted(_waker_threads(w, live, key), key=lambda k: _rank(k, waits, seen))
+        nxt = sorted(_waker_threads(w, live, alive, key), key=lambda k: _rank(k, waits, seen))
         if not nxt:
             return WakeChain(links, *_nobody(w, key, live, gone), *key, closed=closed_pairs)
         if nxt[0] in seen:

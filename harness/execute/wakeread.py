@@ -12,7 +12,6 @@ caller (`Outside`), which keeps them for a while like the pipe scan (treefacts).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
 
 from harness.execute import wakefacts
@@ -32,12 +31,7 @@ def holders(pids: Iterable[int], targets: set[str]) -> dict[str, list[int]]:
     """Which of `pids` hold an fd whose readlink is one of `targets`."""
     found: dict[str, list[int]] = {t: [] for t in targets}
     for pid in pids:
-        try:
-            names = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for name in names:
-            t = procfs.fd_target(pid, int(name)) if name.isdigit() else None
+        for _, t in procfs.fd_targets(pid):
             if t in found and pid not in found[t]:
                 found[t].append(pid)
     return found
@@ -47,29 +41,15 @@ def _eventfds(pids: Iterable[int]) -> dict[int, list[int]]:
     """eventfd-id → the pids holding it."""
     out: dict[int, list[int]] = {}
     for pid in pids:
-        try:
-            names = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for name in names:
-            if name.isdigit() and procfs.fd_target(pid, int(name)) == _EVENTFD:
-                ident = wakefacts.eventfd_id(pid, int(name))
-                if ident is not None and pid not in out.setdefault(ident, []):
-                    out[ident].append(pid)
+        for fd, t in procfs.fd_targets(pid):
+            ident = wakefacts.eventfd_id(pid, fd) if t == _EVENTFD else None
+            if ident is not None and pid not in out.setdefault(ident, []):
+                out[ident].append(pid)
     return out
 
 
 def _kernel_signaller(pids: Iterable[int]) -> bool:
-    for pid in pids:
-        try:
-            names = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for name in names:
-            t = procfs.fd_target(pid, int(name)) if name.isdigit() else ""
-            if t and t.startswith(_KERNEL_SIGNALLERS):
-                return True
-    return False
+    return any(t.startswith(_KERNEL_SIGNALLERS) for pid in pids for _, t in procfs.fd_targets(pid))
 
 
 def _say(facts: TreeFacts, key: tuple[int, int], what: str, wakers: Sequence[int] | None) -> None:
@@ -231,11 +211,9 @@ def futex_facts(facts: TreeFacts, snap: Snapshot, futex_nr: int | None) -> None:
             key = (proc.pid, w.tid)
             if w.what in locks.MUTEX_KINDS and w.owner is not None and w.owner in tid_pid:
                 facts.owners[key] = (tid_pid[w.owner], w.owner)
-            elif w.what in locks.MUTEX_KINDS:
-                facts.owner_notes[key] = w.how
         for th in waiting:
             addr, op = th.syscall_args[0], th.syscall_args[1]
-            if op & 128 or (proc.pid, th.tid) in facts.owners:
+            if op & locks.FUTEX_PRIVATE_FLAG or (proc.pid, th.tid) in facts.owners:
                 continue  # private: its own process is its only waker
             found = wakefacts.mapping_of(proc.pid, addr)
             if found is None:
@@ -243,11 +221,13 @@ def futex_facts(facts: TreeFacts, snap: Snapshot, futex_nr: int | None) -> None:
             if not found.shared:
                 facts.futex_wakers[(proc.pid, addr)] = (proc.pid,)
                 continue
-            mappers = [
-                p.pid for p in snap.processes if wakefacts.maps_file(p.pid, found.dev, found.inode)
-            ]
             # a process outside the tree mapping the same file may wake it: not scanned
             # (every process's maps); a shared futex stays unresolved unless the file is
             # gone from the file system (deleted: only those who map it can reach it)
             if found.path.endswith("(deleted)") or found.path.startswith("/dev/zero"):
+                mappers = [
+                    p.pid
+                    for p in snap.processes
+                    if wakefacts.maps_file(p.pid, found.dev, found.inode)
+                ]
                 facts.futex_wakers[(proc.pid, addr)] = tuple(sorted(mappers))

@@ -213,17 +213,7 @@ class WatchLoop:
         for attempt in range(CONFIRM_TRIES):
             if attempt:
                 time.sleep(0.05)
-            raw = self._judged_part(
-                Snapshot(
-                    round(time.monotonic() - self.launched_at, 3), self.tree.walk(time.monotonic())
-                )
-            )
-            # the dump's tracer interrupted the waits: a poll resumes as restart_syscall
-            snap, _, restarted = continued(raw, self.table, self._calls)
-            self._facts.reset()  # look at outside holders afresh
-            self._read_runs(snap)  # housekeeping is judged by its wake-ups, here too
-            first = tree_waits(snap, self.table, restarted=restarted)
-            waits, _ = self._judge_facts(snap, first, list(self._looks), restarted)
+            snap, waits = self._fresh_look()
             if not is_blocked(waits):
                 busy = [tw for tw, w in waits if w.kind not in ("tree", "done", "housekeeping")]
                 why = f"tid {busy[0].tid}: {busy[0].what}" if busy else "no live thread"
@@ -232,6 +222,19 @@ class WatchLoop:
             moved = woke(before, snap, cpu_slack=0.05, runs=False, ignore=hk)
             return moved if moved is not None else self._confirm_stacks(hk, samples)
         return why
+
+    def _fresh_look(self) -> tuple[Snapshot, list[tuple[ThreadWait, Wait]]]:
+        """The tree read and judged afresh after the stack dump, its facts (outside holders
+        too) and its threads' run counts read anew."""
+        now = time.monotonic()
+        raw = self._judged_part(Snapshot(round(now - self.launched_at, 3), self.tree.walk(now)))
+        # the dump's tracer interrupted the waits: a poll resumes as restart_syscall
+        snap, _, restarted = continued(raw, self.table, self._calls)
+        self._facts.reset()  # look at outside holders afresh
+        self._read_runs(snap)  # housekeeping is judged by its wake-ups, here too
+        first = tree_waits(snap, self.table, restarted=restarted)
+        waits, _ = self._judge_facts(snap, first, list(self._looks), restarted)
+        return snap, waits
 
     def confirm_closed(self) -> str | None:
         """After the stack dump, for a closed-set trigger: None when the set is still closed
@@ -242,13 +245,7 @@ class WatchLoop:
         for attempt in range(CONFIRM_TRIES):
             if attempt:
                 time.sleep(0.05)
-            now = time.monotonic()
-            raw = self._judged_part(Snapshot(round(now - self.launched_at, 3), self.tree.walk(now)))
-            snap, _, restarted = continued(raw, self.table, self._calls)
-            self._facts.reset()
-            self._read_runs(snap)
-            first = tree_waits(snap, self.table, restarted=restarted)
-            waits, _ = self._judge_facts(snap, first, list(self._looks), restarted)
+            snap, waits = self._fresh_look()
             keyed = by_key(waits)
             closed = wakegraph.closed_set(snap, keyed)
             if not members <= closed:

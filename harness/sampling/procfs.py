@@ -215,23 +215,26 @@ def fd_writable(pid: int, fd: int) -> bool:
     return fd_mode(pid, fd) in (os.O_WRONLY, os.O_RDWR)
 
 
+def fd_targets(pid: int) -> list[tuple[int, str]]:
+    """Every fd of `pid` with what it is (readlink), those it may read; [] when none can."""
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    return [(int(n), t) for n in names if n.isdigit() and (t := fd_target(pid, int(n)))]
+
+
 def pipe_holders(pid: int, inodes: Collection[int]) -> tuple[set[int], set[int]]:
     """Which of these pipe inodes process `pid` holds open (its fds it can read): (for
     writing, for reading); an fd open both ways counts in both."""
     wanted = {f"pipe:[{ino}]": ino for ino in inodes}
     written: set[int] = set()
     read: set[int] = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return written, read
-    for name in fds:
-        if not name.isdigit():
-            continue
-        ino = wanted.get(fd_target(pid, int(name)) or "")
+    for fd, target in fd_targets(pid):
+        ino = wanted.get(target)
         if ino is None:
             continue
-        mode = fd_mode(pid, int(name))
+        mode = fd_mode(pid, fd)
         if mode in (os.O_WRONLY, os.O_RDWR):
             written.add(ino)
         if mode in (os.O_RDONLY, os.O_RDWR):
