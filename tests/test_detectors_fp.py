@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from harness.analysis import classify, waitchain
-from harness.analysis.detectors import DETECTORS, Match, mpi, run, threads
+from harness.analysis.detectors import DETECTORS, Match, mpi, run
 from harness.config.causes import NoParams
 from harness.config.signatures import load_signatures
-from harness.sampling import runtimes
+from harness.sampling import pysource, runtimes
 from harness.sampling.model import (
     Frame,
     ProcessEvent,
@@ -377,20 +377,20 @@ def test_a_frame_file_that_is_a_fifo_is_not_opened(tmp_path: Path) -> None:
         pytest.fail("python-locks blocked opening a FIFO named by a frame")
     [[m]] = found
     assert "`" not in m.fields["locks"]  # no statement read from it
-    assert threads.source_line(str(fifo), 1) == ""
+    assert pysource.source_line(str(fifo), 1) == ""
 
 
 def test_source_lines_come_from_regular_files_within_a_size_cap(tmp_path: Path) -> None:
     small = tmp_path / "small.py"
     small.write_text("import threading\nlock = threading.Lock()\nwith lock:  # take it\n")
-    assert threads.source_line(str(small), 3) == "with lock:  # take it"
-    assert threads.source_line(str(small), 9) == ""
+    assert pysource.source_line(str(small), 3) == "with lock:  # take it"
+    assert pysource.source_line(str(small), 9) == ""
     big = tmp_path / "big.py"
     big.write_bytes(b"with lock:\n" + b"#" * (1 << 20))
-    assert threads.source_line(str(big), 1) == ""
+    assert pysource.source_line(str(big), 1) == ""
     link = tmp_path / "dev.py"
     link.symlink_to("/dev/zero")  # a character device behind a .py name
-    assert threads.source_line(str(link), 1) == ""
+    assert pysource.source_line(str(link), 1) == ""
 
 
 def test_maps_are_read_whole_lines_up_to_a_cap() -> None:

@@ -17,12 +17,13 @@ import os
 import time
 from collections.abc import Sequence
 
-from harness.sampling import locks, runtimes
+from harness.sampling import callranks, locks, runtimes
 from harness.sampling.model import LockCycle, LockLink, ProcessSample, SampleSet, Snapshot
 from harness.sampling.procfs import compute_activity, last_seen, snapshot, take_snapshots
 from harness.sampling.ranks import read_ranks
 from harness.sampling.stacks import collect_stacks, plan_tools
 from harness.sampling.tools import AUTO
+from harness.vocab import StackToolName
 
 # With history, the CPU activity must span at least this long (a trigger in the first
 # moments of a run tops it up with fresh snapshots, at the caller's interval).
@@ -75,6 +76,10 @@ def sample_tree(
     plan.deadline = t_stacks + 3 * stack_timeout
     roots = tuple(os.path.realpath(r) for r in own_roots)
     collect_stacks(last, plan, roots, result)
+    # a rank no launcher told (torch.multiprocessing.spawn): from its init_process_group
+    # call, with the locals of the ranks in torch.distributed (sampling/callranks.py)
+    py_spy = plan.paths.get(StackToolName.PY_SPY) if plan.python is not None else None
+    result.ranks += callranks.read_call_ranks(last, result, py_spy, plan.deadline)
     # what runtime each frame's module is (a wheel's renamed libgomp too), while the
     # processes still map their files; bounded in files and time (sampling/runtimes.py)
     t_runtimes = time.monotonic()

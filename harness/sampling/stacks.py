@@ -280,14 +280,14 @@ def _collect_process(proc: ProcessSample, plan: Plan, own_roots: tuple[str, ...]
     ctx = _context(proc, attach, own_roots)
     # only a tool that stops the process can leave it stopped
     stops = any(t.attach.stops for t in [*plan.native, *filter(None, [plan.python])])
-    stopped_before = _stopped_tids(proc.pid) if stops else set()
+    stopped_before = stopped_tids(proc.pid) if stops else set()
     try:
         _run_tools(proc, attach, ctx, plan, out)
     finally:
         if out.killed and stops:  # a SIGSTOP the killed tracer sent may land after its death
             time.sleep(0.2)
         if stops:
-            _resume_if_we_stopped(proc.pid, stopped_before, out)
+            resume_if_we_stopped(proc.pid, stopped_before, out.notes)
     return out
 
 
@@ -308,7 +308,7 @@ def _run_tools(
             return
 
 
-def _stopped_tids(pid: int) -> set[int]:
+def stopped_tids(pid: int) -> set[int]:
     """Threads in group-stop (state T), from each thread's stat alone."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
@@ -323,12 +323,12 @@ def _stopped_tids(pid: int) -> set[int]:
     return stopped
 
 
-def _resume_if_we_stopped(pid: int, before: set[int], out: _Outcome) -> None:
+def resume_if_we_stopped(pid: int, before: set[int], notes: list[str]) -> None:
     """A tracer killed mid-attach can leave threads in group-stop; undo only that."""
-    if not before and _stopped_tids(pid):
+    if not before and stopped_tids(pid):
         try:
             os.kill(pid, signal.SIGCONT)
-            out.notes.append(f"pid {pid} was left stopped by a tracer: sent SIGCONT")
+            notes.append(f"pid {pid} was left stopped by a tracer: sent SIGCONT")
         except ProcessLookupError:
             pass
 

@@ -4,10 +4,7 @@ blocked acquiring locks, one thread spinning while the ones it waits for are blo
 from __future__ import annotations
 
 import ast
-import functools
-import os
 import re
-import stat
 from dataclasses import dataclass
 
 # mpi tells a thread polling its MPI progress engine (a wait) from a spin
@@ -23,6 +20,7 @@ from harness.sampling.model import (
     ThreadStack,
     spinning,
 )
+from harness.sampling.pysource import function_at, parse_tree, source_line
 from harness.vocab import WaitKind
 
 
@@ -67,8 +65,6 @@ _IDLE_WAITS = frozenset({"Queue.get"})
 _ACTIVE_FRACTION = 0.02
 # waits that end by no act of the process's own (docs/quiescence.md): the thread is stuck
 _STUCK = (WaitKind.TREE, WaitKind.DONE)
-# source files read to name locks and lines: a regular file of at most this size
-_SOURCE_LIMIT = 1 << 20
 # stdlib files whose lock statements are read to tell what their frames hold: logging's
 # locks are the ones public reports deadlock on (CPython #96727); threading/queue frames
 # hold per-call locks (a Condition's waiter) whose names would match across threads
@@ -93,82 +89,6 @@ class _LockWait:
     held: tuple[_Held, ...]
     notify: bool = False  # a Condition wait: ended by a notify, no owner
     idle: bool = False  # a consumer at an empty queue (_IDLE_WAITS): no finding by itself
-
-
-def _version(path: str) -> tuple[int, int] | None:
-    """(mtime, size) of a source file worth reading: a regular file (a frame's file may be
-    /dev/fd/63 or a FIFO now, whose open or read would block) of at most _SOURCE_LIMIT."""
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    if not stat.S_ISREG(st.st_mode) or st.st_size > _SOURCE_LIMIT:
-        return None
-    return st.st_mtime_ns, st.st_size
-
-
-@functools.lru_cache(maxsize=64)
-def _source(path: str, version: tuple[int, int]) -> bytes | None:
-    """The file's bytes (cached per version: a report is read again later), None when it is
-    no longer a regular file within the limit. Opened without blocking and checked again on
-    the open file: the path may have changed since the stat."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (OSError, ValueError):
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _SOURCE_LIMIT:
-            return None
-        chunks, size = [], 0
-        while size <= _SOURCE_LIMIT and (chunk := os.read(fd, 1 << 16)):
-            chunks.append(chunk)
-            size += len(chunk)
-        return None if size > _SOURCE_LIMIT else b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _tree(path: str) -> ast.Module | None:
-    version = _version(path)
-    return _parse(path, version) if version is not None else None
-
-
-@functools.lru_cache(maxsize=64)
-def _parse(path: str, version: tuple[int, int]) -> ast.Module | None:
-    """The parsed source (cached per version of the file)."""
-    data = _source(path, version)
-    if data is None:
-        return None
-    try:
-        return ast.parse(data)
-    except (SyntaxError, ValueError):
-        return None
-
-
-def source_line(path: str, line: int) -> str:
-    """Line `line` of a source file as written; "" when the file is not a regular one
-    within the size limit, or has no such line (the stdlib's line cache would open any
-    path, a FIFO too, and read all of it)."""
-    version = _version(path) if path and line > 0 else None
-    data = _source(path, version) if version is not None else None
-    if data is None:
-        return ""
-    lines = data.decode("utf-8", "replace").splitlines()
-    return lines[line - 1] if line <= len(lines) else ""
-
-
-def _function_at(tree: ast.Module, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    """The innermost function whose body holds `line`."""
-    best: ast.FunctionDef | ast.AsyncFunctionDef | None = None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            end = node.end_lineno or node.lineno
-            if node.lineno <= line <= end and (best is None or node.lineno > best.lineno):
-                best = node
-    return best
 
 
 def _lock_of(call: ast.Call) -> tuple[str, int] | None:
@@ -198,8 +118,8 @@ def _locks_at(path: str, line: int) -> tuple[list[str], list[_Held]]:
     """What the statement at `line` of `path` acquires, and what its function holds there
     (enclosing `with X:` blocks; `X.acquire()` earlier in it not yet released), read from
     the source: CPython records no owner readable from outside, the holder's code does."""
-    tree = _tree(path)
-    fn = _function_at(tree, line) if tree is not None else None
+    tree = parse_tree(path)
+    fn = function_at(tree, line) if tree is not None else None
     if fn is None:
         return [], []
     here: list[str] = []

@@ -3,11 +3,12 @@
 (`missing-rank`), and the timeout lines gloo and NCCL print (`collective-timeout`).
 
 A rank is a process with RANK (torchrun, torch.distributed's launchers) in its environment,
-read by the sampler (sampling/ranks.py), or `--rank N` on its command line. Its collective
-is the outermost frame of its Python stack in torch/distributed/distributed_c10d.py (the
-call the program made: `all_reduce`, `broadcast`, `barrier`, `send` …); its line is the
-innermost frame of its own code. Each finding is one match with a per-rank table as its
-evidence, never one per rank.
+read by the sampler (sampling/ranks.py), `--rank N` on its command line, or the `rank` it
+gave its init_process_group call (sampling/callranks.py: torch.multiprocessing.spawn's
+ranks). Its collective is the outermost frame of its Python stack in
+torch/distributed/distributed_c10d.py (the call the program made: `all_reduce`,
+`broadcast`, `barrier`, `send` …); its line is the innermost frame of its own code. Each
+finding is one match with a per-rank table as its evidence, never one per rank.
 """
 
 from __future__ import annotations
