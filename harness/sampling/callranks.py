@@ -14,7 +14,7 @@ does is hand it to `init_process_group`. Read from outside, two ways:
 
 The locals come from one `py-spy dump --locals` of each such process: only processes with no
 rank yet and a frame in torch.distributed, at most MAX_PROCESSES, each bounded in time and
-resumed if the killed tool left it stopped (as sampling/stacks.py does). An expression
+resumed if the killed tool left it stopped (sampling/stacks.py's settle_tracer). An expression
 that is not plain integer arithmetic over names and constants (`args.rank`, a call) reads
 as no rank: the launcher's environment or arguments, when there are any, were read first.
 """
@@ -31,9 +31,12 @@ from typing import Any
 
 from harness.process.tools import run_tool
 from harness.sampling.model import ProcessSample, SampleSet
+from harness.sampling.procfs import live_tid
 from harness.sampling.pysource import function_at, parse_tree
 from harness.sampling.ranks import ProcessRank
-from harness.sampling.stacks import resume_if_we_stopped, stopped_tids
+from harness.sampling.stacks import settle_tracer, stopped_tids
+from harness.sampling.tools import Invocation, by_name
+from harness.vocab import StackToolName
 
 CALL = "init_process_group"
 # a frame here makes a process a candidate: a rank in a collective or at its rendezvous
@@ -179,17 +182,21 @@ def read_call_ranks(
 ) -> list[ProcessRank]:
     """The ranks of the candidates, from one `py-spy dump --locals` each, started only
     before `deadline` (a time.monotonic()); notes on a dump that failed go to result."""
+    if py_spy is None:
+        return []
+    tool = by_name(StackToolName.PY_SPY)
     found: list[ProcessRank] = []
-    for proc in candidates(processes, result) if py_spy else []:
+    for proc in candidates(processes, result):
         budget = min(LOCALS_TIMEOUT_S, deadline - time.monotonic())
-        if budget < 0.5 or py_spy is None:
+        if budget < 0.5:
             result.notes.append(f"py-spy --locals: time budget spent, pid {proc.pid} skipped")
             break
+        attach = live_tid(proc.pid, proc.threads)  # the main thread may have exited
+        if attach is None:
+            continue
         before = stopped_tids(proc.pid)
-        run = run_tool([py_spy, "dump", "--pid", str(proc.pid), "--json", "--locals"], budget)
-        if run.timed_out:
-            time.sleep(0.2)  # a SIGSTOP the killed tracer sent may land after its death
-        resume_if_we_stopped(proc.pid, before, result.notes)
+        run = run_tool(tool.argv(Invocation(py_spy, attach, py_locals=True)), budget)
+        settle_tracer(proc.pid, before, run.timed_out, result.notes)
         try:
             threads = parse_locals(run.stdout) if run.returncode == 0 else []
         except (ValueError, KeyError, TypeError, AttributeError):

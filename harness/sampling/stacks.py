@@ -284,10 +284,8 @@ def _collect_process(proc: ProcessSample, plan: Plan, own_roots: tuple[str, ...]
     try:
         _run_tools(proc, attach, ctx, plan, out)
     finally:
-        if out.killed and stops:  # a SIGSTOP the killed tracer sent may land after its death
-            time.sleep(0.2)
         if stops:
-            resume_if_we_stopped(proc.pid, stopped_before, out.notes)
+            settle_tracer(proc.pid, stopped_before, out.killed, out.notes)
     return out
 
 
@@ -323,8 +321,11 @@ def stopped_tids(pid: int) -> set[int]:
     return stopped
 
 
-def resume_if_we_stopped(pid: int, before: set[int], notes: list[str]) -> None:
-    """A tracer killed mid-attach can leave threads in group-stop; undo only that."""
+def settle_tracer(pid: int, before: set[int], killed: bool, notes: list[str]) -> None:
+    """After the tracers of a process (`before`: its stopped threads before them): a tracer
+    killed mid-attach can leave threads in group-stop; undo only that."""
+    if killed:  # a SIGSTOP the killed tracer sent may land after its death
+        time.sleep(0.2)
     if not before and stopped_tids(pid):
         try:
             os.kill(pid, signal.SIGCONT)

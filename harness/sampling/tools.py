@@ -43,6 +43,7 @@ class Invocation:
     pid: int  # the thread to attach through (a live one: the main thread may be a zombie)
     named: bool = False  # the tool's namer is on PATH and names the frames afterwards
     py_native: bool = False  # a Python tool also merges in native frames
+    py_locals: bool = False  # a Python tool also shows each frame's locals (callranks.py)
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ def _eu_stack_argv(i: Invocation) -> list[str]:
 
 def _py_spy_argv(i: Invocation) -> list[str]:
     native = ["--native"] if i.py_native else []
-    return [i.path, "dump", "--pid", str(i.pid), "--json", *native]
+    values = ["--locals"] if i.py_locals else []
+    return [i.path, "dump", "--pid", str(i.pid), "--json", *native, *values]
 
 
 def _eu_stack_parse(d: Dump) -> list[ThreadStack]:
