@@ -114,6 +114,22 @@ class WakeEnd(StrEnum):
     UNKNOWN = "unknown"  # what it waits on cannot be read
 
 
+class WaitVia(StrEnum):
+    """What a waiting thread waits on, by kind of kernel object (the wake graph's links,
+    execute/wakegraph.py): what the graph's readings (the wake-chain causes) match on."""
+
+    FUTEX = "futex"  # a futex: a condition, an event, a semaphore, a lock with no owner read
+    MUTEX = "mutex"  # a pthread mutex whose owner was read from memory
+    EXIT = "exit"  # the exit of a process: wait4, waitid, a pidfd
+    PIPE = "pipe"  # an anonymous pipe
+    SOCKET = "socket"  # a unix or TCP socket (a socketpair, multiprocessing.Pipe)
+    FILE_LOCK = "file-lock"  # flock, fcntl F_SETLKW / F_OFD_SETLKW
+    EVENTFD = "eventfd"
+    FILE = "file"  # a path: a FIFO opened by name, a device
+    POLL = "poll"  # a poll/select/epoll over fds of more than one kind
+    OTHER = "other"  # a sleep, a signal, anything not named above
+
+
 class EventKind(StrEnum):
     """A process of the tree seen for the first time, or seen gone."""
 
@@ -192,6 +208,14 @@ class BlameHow(StrEnum):
     LOG_S = "log -S"
 
 
+class HazardKind(StrEnum):
+    """What `--hazards` records in a run that may pass (docs/hazards.md)."""
+
+    FORK_WITH_THREADS = "fork-with-threads"  # fork without exec beside other live threads
+    FORK_AFTER_OPENMP = "fork-after-openmp"  # … one of them an OpenMP team's pool thread
+    LOCK_ORDER = "lock-order"  # a cycle in the lock-order graph: a potential deadlock
+
+
 def parse(enum: type[E], value: object, what: str) -> E:
     """`value` as a member of `enum`, or a ValueError naming what was expected."""
     try:
@@ -204,3 +228,4 @@ def parse(enum: type[E], value: object, what: str) -> E:
 def values(enum: type[StrEnum]) -> tuple[str, ...]:
     """The words of a vocabulary, in order (the doctor's status counts)."""
     return tuple(m.value for m in enum)
+

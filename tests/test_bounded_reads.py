@@ -200,7 +200,7 @@ def test_a_newer_schema_version_is_refused(report: Path) -> None:
     data = _data(report)
     data["schema_version"] = 99
     _write(report, data)
-    _refused(report, "report.json schema_version 99 is newer than this harness reads (1)")
+    _refused(report, "report.json schema_version 99 is newer than this harness reads (1, 2)")
     data["schema_version"] = "1"
     _write(report, data)
     _refused(report, "schema_version")
@@ -282,7 +282,7 @@ def test_check_refuses_a_future_report(report: Path, tmp_path: Path) -> None:
     data["schema_version"] = 99
     _write(report, data)
     res = harness("check", str(report), "--scenario", "breakout", report_root=tmp_path)
-    _one_line_usage(res, "schema_version 99 is newer than this harness reads (1)")
+    _one_line_usage(res, "schema_version 99 is newer than this harness reads (1, 2)")
 
 
 def test_check_refuses_a_quantum_hang(report: Path, tmp_path: Path) -> None:

@@ -253,7 +253,17 @@ def test_the_shipped_rules_meet_their_detectors() -> None:
         "queue-not-drained",
         "pool-lost-worker",
         "fork-with-threads",
+        # data/causes/wake.toml: the wake graph's readings, fallbacks in this order
+        "held-by-departed",
+        "file-lock-cycle",
+        "ipc-cycle",
+        "mutex-cycle",
+        "futex-cycle",
+        "dead-waker",
+        "polling-loop",
+        "no-waker",
     ]
+    assert [c.rule.id for c in rules if c.rule.fallback] == [c.rule.id for c in rules][15:]
     assert {c.rule.id: c.rule.command for c in rules if c.rule.command} == {
         "openmp-after-fork": "{compare}",
         "missing-dashboard-key": "{compare}",

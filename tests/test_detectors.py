@@ -204,7 +204,9 @@ RUNS = sorted(p.stem for p in DATA.glob("*.json") if not p.stem.endswith(".outpu
 
 def test_every_detector_is_tested_here() -> None:
     # collective-timeout reads the output (tests/test_detectors_dist.py)
-    assert set(SAMPLE_DETECTORS) | {"output", "collective-timeout"} | PYTHON_TREE == set(DETECTORS)
+    # wake-chain reads the wake graph's chain: tests/test_detectors_wake.py
+    others = {"output", "collective-timeout", "wake-chain"}
+    assert set(SAMPLE_DETECTORS) | others | PYTHON_TREE == set(DETECTORS)
     assert {"none-fixed-replica", "none-busy-spin"} <= set(RUNS) and len(RUNS) == 8
 
 
@@ -248,6 +250,7 @@ def test_detectors_declare_their_params_and_fields() -> None:
         "spin-on-blocked-workers": "busy_fraction?, runnable_fraction?",
         "output": "regex",
         "frames": "functions?",
+        "wake-chain": "ends, via?, some_via?, processes?, departed?, polled?",
     }
     assert DETECTORS["output"].fields_with(OutputParams(REGEX)) == {"line", "section", "key"}
 

@@ -93,7 +93,21 @@ class Facts:
 
 def diagnose(facts: Facts, rules: Sequence[Checked]) -> list[Cause]:
     """Every cause whose rule applies and whose detector finds something, most confident
-    first; one cause per (id, sentence)."""
+    first; one cause per (id, sentence). The fallback rules (the wake graph's readings) are
+    read only when no other rule found a cause, and then only the first that finds one: a
+    named cause is the more specific reading of the same graph."""
+    found = _diagnose(facts, [c for c in rules if not c.rule.fallback])
+    if found:
+        return found
+    for checked in rules:
+        if checked.rule.fallback:
+            found = _diagnose(facts, [checked])
+            if found:
+                return found[:1]
+    return []
+
+
+def _diagnose(facts: Facts, rules: Sequence[Checked]) -> list[Cause]:
     common = {
         "compare": facts.compare,
         "stacks": str(facts.report_dir / "stacks.txt"),

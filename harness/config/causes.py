@@ -16,6 +16,7 @@ import string
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -162,6 +163,9 @@ class Rule:
     params: Mapping[str, Any] = field(default_factory=dict)
     where: str = ""  # the file it came from, for errors
     knobs: tuple[TriageKnob, ...] = ()  # what `harness triage` tries when this cause is on top
+    # a reading of last resort (the wake graph's, data/causes/wake.toml): read only when no
+    # other rule names the run, and then only the first fallback that finds something
+    fallback: bool = False
 
     def fail(self, what: str) -> HarnessError:
         """A one-line usage error about this rule."""
@@ -219,6 +223,8 @@ class CauseModel(Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     # knobs that can change this cause's outcome: `harness triage` sweeps them
     knobs: KnobList = Field(default_factory=list)
+    # read only when no other rule names the run; the first fallback that finds wins
+    fallback: bool = False
 
 
 class CausesModel(Strict):
@@ -254,6 +260,7 @@ def rule_from_table(table: Mapping[str, Any], where: str) -> Rule:
         command=model.command,
         params=dict(model.params),
         knobs=tuple(k.knob() for k in model.knobs),
+        fallback=model.fallback,
     )
     for text in rule.templates:
         _check_template(rule, text)
@@ -334,6 +341,11 @@ def _convert(rule: Rule, name: str, tp: Any, value: Any) -> Any:
             return re.compile(value)
         except re.error as exc:
             raise rule.fail(f"params.{name}: bad regex {value!r}: {exc}") from None
+    if isinstance(tp, type) and issubclass(tp, StrEnum):  # a closed set (vocab.py)
+        words = [m.value for m in tp]
+        if value not in words:
+            raise rule.fail(f"params.{name} must be one of {', '.join(words)}, not {value!r}")
+        return tp(value)
     if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if tp in (str, int, bool) and type(value) is tp:

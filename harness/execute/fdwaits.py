@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.vocab import WaitKind
+from harness.vocab import WaitKind, WaitVia
 
 _PIPE = re.compile(r"^pipe:\[(\d+)\]$")
 _SOCKET = re.compile(r"^socket:\[(\d+)\]$")
@@ -42,6 +42,9 @@ class Wait:
     wakers: tuple[int, ...] = ()
     owners: tuple[tuple[int, int], ...] = ()
     resolved: bool = False
+    # what kind of object it waits on (a pipe, a socket, a file lock, …): the graph's
+    # readings (the wake-chain causes) match on it
+    via: WaitVia = WaitVia.OTHER
 
 
 @dataclass
@@ -85,6 +88,21 @@ def socket_inode(target: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+_ANON_VIA = {"anon_inode:[eventfd]": WaitVia.EVENTFD, "anon_inode:[pidfd]": WaitVia.EXIT}
+
+
+def target_via(target: str) -> WaitVia:
+    """What an fd is, from its readlink: a pipe, a socket, an eventfd, a pidfd (a process's
+    exit), a path (a FIFO opened by name, a device)."""
+    if _PIPE.match(target):
+        return WaitVia.PIPE
+    if _SOCKET.match(target):
+        return WaitVia.SOCKET
+    if target.startswith("/"):
+        return WaitVia.FILE
+    return _ANON_VIA.get(target, WaitVia.OTHER)
+
+
 def _pipe_end(ino: int, reading: bool, facts: TreeFacts) -> tuple[list[int], list[int]]:
     """(tree pids, outside pids) at the other end of pipe `ino` for a reader or a writer."""
     if reading:
@@ -107,41 +125,52 @@ def rw_wait(name: str, fd: int, pid: int, reading: bool, facts: TreeFacts | None
     peers = tuple(sorted(inside))
     if outside:
         what = f"{name} on pipe {ino}: {end} outside the tree (pid {outside[0]})"
-        return Wait(WaitKind.OUTSIDE, what, on=on, peers=peers)
+        return Wait(WaitKind.OUTSIDE, what, on=on, peers=peers, via=WaitVia.PIPE)
     if not inside:
-        return Wait(WaitKind.OUTSIDE, f"{name} on pipe {ino}: no {end} in the tree", on=on)
+        what = f"{name} on pipe {ino}: no {end} in the tree"
+        return Wait(WaitKind.OUTSIDE, what, on=on, via=WaitVia.PIPE)
     if reading:
         what = f"{name} on pipe {ino}, written only by the tree (pid {inside[0]})"
     else:
         what = f"{name} to a full pipe {ino}, read only by the tree (pid {inside[0]})"
-    return Wait(WaitKind.TREE, what, on=on, peers=peers, wakers=peers, resolved=True)
+    pipe = WaitVia.PIPE
+    return Wait(WaitKind.TREE, what, on=on, peers=peers, wakers=peers, resolved=True, via=pipe)
 
 
-def _other_fd_wait(name: str, fd: int, pid: int, target: str, facts: TreeFacts) -> Wait:
+def _other_fd_wait(
+    name: str, fd: int, pid: int, target: str, facts: TreeFacts, via: WaitVia | None = None
+) -> Wait:
     """A read, write, recv or send on an fd that is not a pipe: on the tree when its other
-    end is held only by the tree (a connected socket's peer, an eventfd's holders)."""
+    end is held only by the tree (a connected socket's peer, an eventfd's holders). `via`:
+    what the wait is, when the call says more than the fd (a lock on a file)."""
+    via = via or target_via(target)
     sock = socket_inode(target)
     if sock is not None and sock in facts.socket_peers:
         peers = tuple(sorted(facts.socket_peers[sock]))
         what = f"{name} on {target}, whose peer only the tree holds (pid {peers[0]})"
-        return Wait(WaitKind.TREE, what, on=target, peers=peers, wakers=peers, resolved=True)
+        return Wait(
+            WaitKind.TREE, what, on=target, peers=peers, wakers=peers, resolved=True, via=via
+        )
     wakers = facts.fd_wakers.get((pid, fd))
     told = facts.fd_what.get((pid, fd), target)
     if wakers is not None:
         what = f"{name} on fd {fd} ({told}), which only the tree can end"
-        return Wait(WaitKind.TREE, what, on=target, peers=wakers, wakers=wakers, resolved=True)
-    return Wait(WaitKind.OUTSIDE, f"{name} on fd {fd} ({told})", on=target)
+        return Wait(
+            WaitKind.TREE, what, on=target, peers=wakers, wakers=wakers, resolved=True, via=via
+        )
+    return Wait(WaitKind.OUTSIDE, f"{name} on fd {fd} ({told})", on=target, via=via)
 
 
 def fd_wait(name: str, fd: int, pid: int, facts: TreeFacts | None) -> Wait:
     """A wait on one fd that is not a read or a write: a file lock (flock, fcntl F_SETLKW),
     ended by its holders; on the tree when every holder is in the tree."""
     if facts is None:
-        return Wait(WaitKind.UNKNOWN, f"{name} on fd {fd}: not looked at", fd=fd, pending="lock")
+        what = f"{name} on fd {fd}: not looked at"
+        return Wait(WaitKind.UNKNOWN, what, fd=fd, pending="lock", via=WaitVia.FILE_LOCK)
     target = facts.fds.get((pid, fd))
     if target is None:
-        return Wait(WaitKind.UNKNOWN, f"{name} on fd {fd}: unreadable")
-    return _other_fd_wait(name, fd, pid, target, facts)
+        return Wait(WaitKind.UNKNOWN, f"{name} on fd {fd}: unreadable", via=WaitVia.FILE_LOCK)
+    return _other_fd_wait(name, fd, pid, target, facts, WaitVia.FILE_LOCK)
 
 
 # poll family: (name, timeout argument index, "int" (ms, < 0 forever) or "ptr" (NULL forever))
@@ -213,6 +242,7 @@ def poll_wait(name: str, args: Sequence[int], pid: int, tid: int, facts: TreeFac
             return Wait(WaitKind.TIMED, f"{name} on no fd (a sleep)", idle=True)
         return Wait(WaitKind.OUTSIDE, f"{name} on no fd, no timeout (only a signal ends it)")
     ons: list[str] = []
+    vias: set[WaitVia] = set()
     peers: set[int] = set()
     for fd, events in watched:
         armed = facts.timerfds.get((pid, fd))
@@ -225,8 +255,14 @@ def poll_wait(name: str, args: Sequence[int], pid: int, tid: int, facts: TreeFac
             return Wait(WaitKind.OUTSIDE, f"{name} ({form}): {found}")
         ons.append(found[0])
         peers.update(found[1])
+        target = facts.fds.get((pid, fd))
+        vias.add(target_via(target) if target is not None else WaitVia.OTHER)
     on = ",".join(dict.fromkeys(ons))
     what = f"{name} ({form}) on {len(watched)} fd(s), each with only the tree at the other end"
     kind = WaitKind.TIMED if timed else WaitKind.TREE
     wakers = tuple(sorted(peers))
-    return Wait(kind, what, on=on, peers=wakers, idle=timed, wakers=wakers, resolved=not timed)
+    # one kind of fd (the sockets of an event loop, a Popen's pipes): the wait is that kind
+    via = vias.pop() if len(vias) == 1 else WaitVia.POLL
+    return Wait(
+        kind, what, on=on, peers=wakers, idle=timed, wakers=wakers, resolved=not timed, via=via
+    )

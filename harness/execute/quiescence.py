@@ -18,7 +18,7 @@ from harness.execute.fdwaits import POLLS, TreeFacts, Wait, fd_wait, poll_wait, 
 from harness.execute.housekeeping import Look, candidate, housekeepers
 from harness.execute.syscalls import AARCH64, X86_64, SyscallTable, syscall_name, table_for
 from harness.sampling.model import ProcessSample, Snapshot, ThreadSample, ThreadWait
-from harness.vocab import WaitKind
+from harness.vocab import WaitKind, WaitVia
 
 __all__ = [
     "AARCH64",
@@ -80,21 +80,24 @@ def _futex(args: Sequence[int], key: tuple[int, int], facts: TreeFacts | None) -
     name = _FUTEX_WAITS.get(cmd)
     if name is None:
         return Wait(RUNNING, f"futex op {cmd} (not a wait)")
-    on = f"futex:{args[0]:#x}"
+    on, via = f"futex:{args[0]:#x}", WaitVia.FUTEX
     if args[3]:
-        return Wait(TIMED, f"futex wait with a timeout ({name})", on=on, idle=True)
+        return Wait(TIMED, f"futex wait with a timeout ({name})", on=on, idle=True, via=via)
     what = f"futex wait, no timeout ({name})"
     pid = key[0]
     owner = facts.owners.get(key) if facts is not None else None
     if owner is not None:
         what += f": a pthread mutex held by tid {owner[1]}"
-        return Wait(TREE, what, on=on, wakers=(owner[0],), owners=(owner,), resolved=True)
+        mutex = WaitVia.MUTEX
+        return Wait(
+            TREE, what, on=on, wakers=(owner[0],), owners=(owner,), resolved=True, via=mutex
+        )
     if args[1] & _FUTEX_PRIVATE:
-        return Wait(TREE, what, on=on, wakers=(pid,), resolved=True)
+        return Wait(TREE, what, on=on, wakers=(pid,), resolved=True, via=via)
     shared = facts.futex_wakers.get((pid, args[0])) if facts is not None else None
     if shared is not None:
-        return Wait(TREE, what, on=on, wakers=shared, resolved=True)
-    return Wait(TREE, what, on=on)
+        return Wait(TREE, what, on=on, wakers=shared, resolved=True, via=via)
+    return Wait(TREE, what, on=on, via=via)
 
 
 def _children(snap: Snapshot, pid: int) -> list[int]:
@@ -111,19 +114,21 @@ def _wait_child(name: str, args: Sequence[int], proc: ProcessSample, snap: Snaps
         target = _signed32(args[0])
     elif name == "waitid" and args[0] == _P_PID:
         target = int(args[1])
+    ex = WaitVia.EXIT
     if target is not None:
         on = f"child:{target}"
         if target in children:
             what = f"{name} for child {target} (in the tree)"
             kid = (target,)
-            return Wait(TREE, what, on=on, peers=kid, wakers=kid, resolved=True)
-        return Wait(OUTSIDE, f"{name} for pid {target}, not a child seen in the tree", on=on)
+            return Wait(TREE, what, on=on, peers=kid, wakers=kid, resolved=True, via=ex)
+        what = f"{name} for pid {target}, not a child seen in the tree"
+        return Wait(OUTSIDE, what, on=on, via=ex)
     if children:
         listed = ", ".join(map(str, children[:8]))
         what = f"{name} for any child ({listed}: in the tree)"
         kids = tuple(children)
-        return Wait(TREE, what, on="child:any", peers=kids, wakers=kids, resolved=True)
-    return Wait(OUTSIDE, f"{name} with no child seen in the tree", on="child:any")
+        return Wait(TREE, what, on="child:any", peers=kids, wakers=kids, resolved=True, via=ex)
+    return Wait(OUTSIDE, f"{name} with no child seen in the tree", on="child:any", via=ex)
 
 
 def thread_wait(
@@ -249,7 +254,9 @@ def tree_waits(
             if w.kind == TREE and timer:  # a timer signal may end the wait
                 # timed, but not asleep on a timer of its own: not idle (neither the `idle`
                 # mechanism nor a housekeeping candidate); a naturally timed wait stays idle
-                w = Wait(TIMED, f"{w.what}, but the process {timer}", on=w.on, peers=w.peers)
+                w = Wait(
+                    TIMED, f"{w.what}, but the process {timer}", on=w.on, peers=w.peers, via=w.via
+                )
             tw = ThreadWait(proc.pid, th.tid, w.kind, w.what, w.on, list(w.peers), w.idle)
             out.append((tw, w))
     return out
@@ -301,7 +308,7 @@ def mark_housekeeping(
     for tw, w in waits:
         why = found.get((tw.pid, tw.tid))
         if why is not None:
-            w = Wait(HOUSEKEEPING, why, on=w.on, peers=w.peers, idle=True)
+            w = Wait(HOUSEKEEPING, why, on=w.on, peers=w.peers, idle=True, via=w.via)
             tw = ThreadWait(tw.pid, tw.tid, HOUSEKEEPING, why, w.on, list(w.peers), True)
         out.append((tw, w))
     return out

@@ -135,7 +135,7 @@ def chain(
         seen.append(key)
         name = th.name if th is not None else names.get(key[0], "?")
         link = WakeLink(
-            key[0], key[1], name, w.what, w.on, list(w.wakers), _note(key[0], snap, root)
+            key[0], key[1], name, w.what, w.on, list(w.wakers), _note(key[0], snap, root), w.via
         )
         links.append(link)
         nxt = sorted(_waker_threads(w, live, alive, key), key=lambda k: _rank(k, waits, seen))

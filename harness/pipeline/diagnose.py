@@ -43,6 +43,13 @@ def diagnose(
     if v is None:
         return
     compare = compare_command(report, pin, compare_args)
+    wake = report.samples.wake if report.samples is not None else None
+    if v.kind is Kind.HANG and wake is not None and wake.end is WakeEnd.NOBODY:
+        # before the causes: the graph's readings (data/causes/wake.toml) read the end
+        died = thread_died(report.progress.output_tail)
+        if died:  # a helper thread that would have ended the wait died before a look
+            wake.end = WakeEnd.DEAD
+            wake.end_what += f"; the output shows a thread that died: {died}"
     facts = causesmod.Facts(
         kind=v.kind,
         mechanism=v.mechanism,
@@ -57,13 +64,7 @@ def diagnose(
     v.causes = causesmod.diagnose(facts, rules)
     v.compare = compare
     v.waits_for = _waits_for(report)
-    wake = report.samples.wake if report.samples is not None else None
     if v.kind is Kind.HANG and wake is not None:
-        if wake.end is WakeEnd.NOBODY:
-            died = thread_died(report.progress.output_tail)
-            if died:  # a helper thread that would have ended the wait died before a look
-                wake.end = WakeEnd.DEAD
-                wake.end_what += f"; the output shows a thread that died: {died}"
         v.wake_chain = wake.text()
     if v.kind is Kind.HANG and v.location:
         _blame(report, pin, checkout, commit)

@@ -22,7 +22,7 @@ from harness.execute.conditions import HostConditions
 from harness.execute.watchdog import Limits
 from harness.sampling.model import SampleSet
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: trigger `closed`, samples.wake (links[].via), verdict.wake_chain, hazards
 # run: `harness run`; watch: `harness watch`; attach: `harness attach PID`; pytest: a hung
 # test seen by the pytest plugin's watcher (`pytest --hang-watch`)
 Mode = Literal["run", "watch", "attach", "pytest"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.sampling.ranks import ProcessRank
-from harness.vocab import EventKind, StackToolName, WaitKind, WakeEnd
+from harness.vocab import EventKind, StackToolName, WaitKind, WaitVia, WakeEnd
 
 
 @dataclass
@@ -134,6 +134,9 @@ class WakeLink:
     on: str = ""
     wakers: list[int] = field(default_factory=list)  # the processes that could end it
     note: str = ""  # how the process belongs to the run, when it left the tree
+    # what kind of object it waits on: a pipe, a socket, a file lock, a mutex, … (the wake
+    # graph's readings, the wake-chain causes, match on it)
+    via: WaitVia = WaitVia.OTHER
 
 
 @dataclass

@@ -5,13 +5,22 @@ lineage and exit statuses, lock cycles, the output) and returns one `Match` per 
 the detectors live by topic: `process` (the process tree), `threads` (threads waiting on
 each other), `patterns` (a rule's own regexes), `pyprocs` (processes of a Python tree: pipes,
 queues, pools, fork with threads, over `pystacks`), `distributed` (`torchdist`: ranks of
-torch.distributed; `mpi`: MPI peers). A new detector is a function with
+torch.distributed; `mpi`: MPI peers), `wake` (the wake graph's chain, whose readings are data).
+A new detector is a function with
 `@detector(...)` in one of them (a new topic module is imported below).
 """
 
 from __future__ import annotations
 
-from harness.analysis.detectors import distributed, patterns, process, pyprocs, pystacks, threads
+from harness.analysis.detectors import (
+    distributed,
+    patterns,
+    process,
+    pyprocs,
+    pystacks,
+    threads,
+    wake,
+)
 from harness.analysis.detectors.registry import DETECTORS, Detector, Inputs, Match, Need, run
 
 __all__ = [
@@ -27,4 +36,5 @@ __all__ = [
     "pystacks",
     "run",
     "threads",
+    "wake",
 ]
