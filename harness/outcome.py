@@ -25,6 +25,7 @@ class Kind(StrEnum):
     INTERRUPTED = "interrupted"
     ERROR = "error"  # a multi-run row whose run could not be prepared
     EXITED = "exited"  # `harness attach`: the process exited while watched
+    HAZARD = "hazard"  # passed, but showed the hazard --expect hazard:… looks for
 
 
 # exit codes that are not a verdict
@@ -91,6 +92,16 @@ _ALL = (
         False,
         "bold cyan",
         "harness attach: the process exited while watched (its status is its parent's)",
+    ),
+    # --expect hazard:KIND[:LOCATION] (docs/hazards.md): the hazard is the failure sought, so
+    # a bisect finds the commit that brought it in on a host where it never hangs
+    Outcome(
+        Kind.HAZARD,
+        9,
+        True,
+        True,
+        "bold yellow",
+        "the run passed but showed the hazard --expect hazard:KIND[:LOCATION] looks for",
     ),
 )
 

@@ -228,4 +228,3 @@ def parse(enum: type[E], value: object, what: str) -> E:
 def values(enum: type[StrEnum]) -> tuple[str, ...]:
     """The words of a vocabulary, in order (the doctor's status counts)."""
     return tuple(m.value for m in enum)
-

@@ -28,7 +28,11 @@ EXPECTS: dict[str, frozenset[Kind]] = {
     "crash": frozenset({Kind.CRASH, Kind.ERROR_EXIT}),  # both are exit code 3
     "check-failed": frozenset({Kind.CHECK_FAILED}),
     "any-failure": FAILURES,
+    # --expect hazard:KIND[:LOCATION]: the run's own --expect makes a passing run that shows
+    # that hazard a `hazard` verdict (pipeline/hazards.py); the hazard is in RunOptions
+    "hazard": frozenset({Kind.HAZARD}),
 }
+HAZARD = "hazard"
 # the same tree fails to build (or to prepare) the same way every time: repeating is useless
 UNREPEATABLE = frozenset({Kind.BUILD_FAILED, Kind.ERROR})
 AUTO: Literal["auto"] = "auto"
@@ -76,7 +80,7 @@ class BisectOptions:
     run: RunOptions
     good: str = ""
     bad: str = ""
-    expect: str = "hang"  # hang | crash | check-failed | any-failure
+    expect: str = "hang"  # hang | crash | check-failed | any-failure | hazard (run.expect_hazard)
     location: str | None = None  # a bad step's verdict must be located here
     repeat: Repeat = 1  # runs per commit, or "auto": as many as the rule needs (steps.py)
     repeat_cap: int = DEFAULT_REPEAT_CAP  # auto: the most runs of one commit
@@ -275,7 +279,9 @@ class BisectResult:
             "checkout": str(self.setup.root),
             "scenario": opts.run.scenario or opts.run.env,
             "variant": opts.run.variant,
-            "expect": opts.expect,
+            "expect": opts.run.expect_hazard.spec()
+            if opts.expect == HAZARD and opts.run.expect_hazard
+            else opts.expect,
             "location": opts.location,
             "repeat": opts.repeat,
             "repeat_cap": opts.repeat_cap if opts.auto else None,

@@ -14,6 +14,7 @@ from harness.bisect.model import (
     BAD,
     EXPECTS,
     GOOD,
+    HAZARD,
     SKIP,
     UNREPEATABLE,
     BisectOptions,
@@ -38,9 +39,15 @@ from harness.vocab import BisectRole, SourceKind
 COMMIT = "commit"  # a bisect run's coordinate: the commit it built
 
 
-def classify_run(kind: Kind, location: str | None, expect: str, want: str | None) -> str:
+def classify_run(
+    kind: Kind, location: str | None, expect: str, want: str | None, hazard: str | None = None
+) -> str:
     """pass → good; the expected failure (at `want`, if given) → bad; anything else → skip:
-    a build failure or an unrelated failure says nothing about the failure sought."""
+    a build failure or an unrelated failure says nothing about the failure sought. Under
+    --expect hazard:… a run that showed the hazard is bad whatever its verdict (a host where
+    it hangs too), and `want` is already part of the hazard sought."""
+    if expect == HAZARD and hazard:
+        return BAD
     if kind == Kind.PASS:
         return GOOD
     if kind in EXPECTS[expect] and (want is None or location == want):
@@ -136,6 +143,8 @@ def setup_for(opts: BisectOptions) -> Setup:
     run = opts.run
     if opts.expect not in EXPECTS:
         raise HarnessError(f"--expect must be one of {', '.join(EXPECTS)}, not {opts.expect!r}")
+    if opts.expect == HAZARD and run.expect_hazard is None:
+        raise HarnessError("--expect hazard needs its kind: hazard:KIND[:LOCATION]")
     if opts.repeat != AUTO and (not isinstance(opts.repeat, int) or opts.repeat < 1):
         raise HarnessError(f"--repeat must be a number of at least 1 or auto, not {opts.repeat}")
     if opts.auto and opts.repeat_cap < MIN_BAD_RUNS:
@@ -179,7 +188,7 @@ def run_once(setup: Setup, commit: CommitInfo, variant: str, report_dir: Path) -
 
 
 def classify(row: RunRow, opts: BisectOptions) -> str:
-    return classify_run(row.kind, row.location, opts.expect, opts.location)
+    return classify_run(row.kind, row.location, opts.expect, opts.location, row.hazard)
 
 
 def plan_for(opts: BisectOptions, bad_rate: Rate | None) -> RunPlan:
@@ -218,6 +227,8 @@ def try_commit(
 
 def expected(opts: BisectOptions) -> str:
     what = "any failure" if opts.expect == "any-failure" else opts.expect
+    if opts.expect == HAZARD and opts.run.expect_hazard is not None:
+        what = f"hazard {opts.run.expect_hazard.describe()}"
     return what + (f" in {opts.location}" if opts.location else "")
 
 

@@ -12,10 +12,11 @@ from typing import Any
 
 from harness import outcome
 from harness.bisect import EXPECTS, BisectOptions, bisect, bisect_step, print_summary
-from harness.bisect.model import AUTO, DEFAULT_REPEAT_CAP, Repeat
+from harness.bisect.model import AUTO, DEFAULT_REPEAT_CAP, HAZARD, Repeat
 from harness.build import cache_root
 from harness.cli import options
 from harness.errors import HarnessError
+from harness.hazards.expect import HazardExpect
 
 NAMES = ("bisect", "bisect-step")
 
@@ -33,18 +34,32 @@ def repeat_value(text: str) -> Repeat:
     return n
 
 
+def expect_value(text: str) -> str | HazardExpect:
+    """`--expect`: a failure word of EXPECTS, or hazard:KIND[:LOCATION]."""
+    if text.startswith("hazard:"):
+        return options.hazard_expect(text)
+    if text not in EXPECTS or text == HAZARD:
+        words = ", ".join(e for e in EXPECTS if e != HAZARD)
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {text!r} (choose from {words}, hazard:KIND[:LOCATION])"
+        )
+    return text
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     options.add_env_argument(p)
     p.add_argument("--pin", help="git pin name or .toml path (default: pufferlib-5.0)")
     p.add_argument("--checkout", type=Path, help="the upstream git checkout")
     p.add_argument("--variant", default="stock", help="variant built at every step")
     options.add_scenario_options(p)
-    options.add_watch_options(p, per=" per run")
+    options.add_watch_options(p, per=" per run", expect=False)
     p.add_argument(
         "--expect",
-        choices=list(EXPECTS),
+        type=expect_value,
         default="hang",
-        help="the failure that makes a commit bad (default: hang)",
+        metavar="|".join([*EXPECTS, "hazard:KIND[:LOCATION]"]),
+        help="the failure that makes a commit bad (default: hang); hazard:KIND[:LOCATION]: a "
+        "run that shows that hazard (docs/hazards.md), on a host where it never hangs",
     )
     p.add_argument("--location", help="a bad commit's verdict must be located here (env_start)")
     p.add_argument(
@@ -100,7 +115,7 @@ def _options(args: argparse.Namespace) -> BisectOptions:
         run=options.run_options(args),
         good=getattr(args, "good", "") or "",
         bad=getattr(args, "bad", "") or "",
-        expect=args.expect,
+        expect=HAZARD if isinstance(args.expect, HazardExpect) else args.expect,
         location=args.location,
         repeat=args.repeat,
         repeat_cap=getattr(args, "repeat_cap", DEFAULT_REPEAT_CAP),

@@ -22,6 +22,7 @@ from harness.sampling import tools as stack_tools
 # (pydantic configs, rich, the analysis) is imported inside the functions that use it.
 if TYPE_CHECKING:
     from harness.execute.runner import SampleOptions
+    from harness.hazards.expect import HazardExpect
     from harness.pipeline.options import RunOptions
     from harness.report.live import LiveProgress
 
@@ -208,14 +209,62 @@ def add_json_option(p: argparse.ArgumentParser, what: str = "report.json") -> No
     )
 
 
-def add_watch_options(p: argparse.ArgumentParser, trainer_args: bool = True, per: str = "") -> None:
+def add_watch_options(
+    p: argparse.ArgumentParser, trainer_args: bool = True, per: str = "", expect: bool = True
+) -> None:
     """Everything a watched run takes: limits, the command's env (and args), the host
-    conditions, sampling."""
+    conditions, sampling, hazards (bisect has an --expect of its own)."""
     add_limit_options(p, per)
     add_trainer_options(p, "command" if not trainer_args else "trainer", args=trainer_args)
     add_host_options(p)
     add_sampling_options(p)
+    add_hazard_options(p, expect)
     add_progress_options(p)
+
+
+def hazard_expect(text: str) -> HazardExpect:
+    """`--expect hazard:KIND[:LOCATION]` (a bad one is a usage error, exit 5)."""
+    from harness.errors import HarnessError
+    from harness.hazards.expect import parse_expect
+
+    try:
+        return parse_expect(text)
+    except HarnessError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def add_hazard_options(p: argparse.ArgumentParser, expect: bool = True) -> None:
+    p.add_argument(
+        "--hazards",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="record fork-after-threads/OpenMP and lock-order hazards, even in a run that "
+        "passes (an LD_PRELOAD shim and a Python start-up hook; docs/hazards.md)",
+    )
+    if expect:
+        p.add_argument(
+            "--expect",
+            type=hazard_expect,
+            metavar="hazard:KIND[:LOCATION]",
+            help="a passing run that shows this hazard fails as `hazard` (exit 9): the failure "
+            "compare, sweep and repeat count; implies --hazards",
+        )
+
+
+def hazard_settings(
+    args: argparse.Namespace, default: bool = False
+) -> tuple[bool, HazardExpect | None]:
+    """--hazards (or the command's default) and --expect hazard:…, which implies it."""
+    from harness.hazards.expect import HazardExpect
+
+    expect = getattr(args, "expect", None)
+    expect = expect if isinstance(expect, HazardExpect) else None
+    on = getattr(args, "hazards", None)
+    if expect is not None and on is False:
+        from harness.errors import HarnessError
+
+        raise HarnessError("--expect hazard:… needs the hazards recorded: drop --no-hazards", USAGE)
+    return (default if on is None else on) or expect is not None, expect
 
 
 def sampling(args: argparse.Namespace) -> SampleOptions:
@@ -228,10 +277,13 @@ def trainer_env(args: argparse.Namespace) -> dict[str, str]:
     return split_assignments(args.env_vars, "--env")
 
 
-def run_options(args: argparse.Namespace, variant: str | None = None) -> RunOptions:
+def run_options(
+    args: argparse.Namespace, variant: str | None = None, hazards_default: bool = False
+) -> RunOptions:
     """The one place parsed arguments become RunOptions (run, compare, bisect, bisect-step)."""
     from harness.pipeline.options import RunOptions
 
+    hazards, expect = hazard_settings(args, hazards_default)
     return RunOptions(
         env=args.env,
         pin=args.pin,
@@ -252,6 +304,8 @@ def run_options(args: argparse.Namespace, variant: str | None = None) -> RunOpti
         harness_argv=list(sys.argv),
         progress=progress(args, f"harness {args.command} {args.env}"),
         conditions=host_conditions(args),
+        hazards=hazards,
+        expect_hazard=expect,
     )
 
 

@@ -32,6 +32,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     options.add_source_options(p, variant=False)
     options.add_limit_options(p, per=" per cell")
     options.add_sampling_options(p)
+    options.add_hazard_options(p)
     options.add_progress_options(p)
     options.add_report_options(p)
     options.add_json_option(p, "sweep.json")

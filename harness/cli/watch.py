@@ -49,6 +49,7 @@ def command(args: argparse.Namespace) -> int:
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
+    hazards, expect = options.hazard_settings(args)
     opts = WatchOptions(
         argv=cmd,
         timeout_s=args.timeout or DEFAULT_LIMIT_S,
@@ -64,6 +65,8 @@ def command(args: argparse.Namespace) -> int:
         harness_argv=list(sys.argv),
         progress=options.progress(args, f"harness watch {Path(cmd[0]).name if cmd else ''}"),
         conditions=hostopts.host_conditions(args),
+        hazards=hazards,
+        expect_hazard=expect,
     )
     plan = repeating.repeat_plan(args)
     if not plan.repeated:

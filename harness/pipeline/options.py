@@ -10,6 +10,7 @@ from typing import Any
 from harness.execute.conditions import HostConditions
 from harness.execute.runner import SampleOptions
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S
+from harness.hazards.expect import HazardExpect
 from harness.report.live import LiveProgress
 
 
@@ -38,6 +39,10 @@ class RunOptions:
     progress: LiveProgress = field(default_factory=LiveProgress.off, compare=False, repr=False)
     # the CPUs, quota, memory, noisy neighbour and env presets of the run (docs/hosts.md)
     conditions: HostConditions = field(default_factory=HostConditions)
+    # --hazards: record fork and lock-order hazards (docs/hazards.md); --expect hazard:…
+    # (which implies it) makes a passing run that shows that hazard fail as `hazard`
+    hazards: bool = False
+    expect_hazard: HazardExpect | None = None
 
     def but(self, **changes: Any) -> RunOptions:
         """A copy with some fields changed (one variant of a compare, one commit of a bisect)."""
@@ -73,9 +78,18 @@ def option_flags(opts: RunOptions, *, watch: bool = False) -> list[str]:
         flags += ["--allow-drift"] if opts.allow_drift else []
         flags += [] if opts.sampling.enabled else ["--no-sample"]
         flags += ["--native", opts.sampling.native, "--python-stacks", opts.sampling.python]
+    # so are the hazards sought: a sweep's cells and a compare's variants record them, and
+    # fail on the expected one, as the run did
+    flags += hazard_flags(opts.hazards, opts.expect_hazard)
     # the host conditions are part of the setup: a hang that needs one CPU needs it in the
     # compare the report suggests as much as in a sweep's cells
     return flags + opts.conditions.flags()
+
+
+def hazard_flags(hazards: bool, expect: HazardExpect | None) -> list[str]:
+    if expect is not None:
+        return ["--expect", expect.spec()]
+    return ["--hazards"] if hazards else []
 
 
 @dataclass(frozen=True)
@@ -94,6 +108,8 @@ class WatchOptions:
     harness_argv: list[str] = field(default_factory=list)
     progress: LiveProgress = field(default_factory=LiveProgress.off, compare=False, repr=False)
     conditions: HostConditions = field(default_factory=HostConditions)
+    hazards: bool = False
+    expect_hazard: HazardExpect | None = None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from harness.errors import HarnessError, Interrupted
 from harness.execute.conditions import check_available
 from harness.outcome import USAGE
 from harness.pipeline.children import MARGIN_S, ArgvFor, ChildRuns, run_child
-from harness.pipeline.options import RunOptions, WatchOptions, option_flags
+from harness.pipeline.options import RunOptions, WatchOptions, hazard_flags, option_flags
 from harness.pipeline.run import check_watch
 from harness.pipeline.stages import limits_for, verify_prepare_build
 from harness.report import store
@@ -281,6 +281,7 @@ def watch_argv(opts: WatchOptions) -> ArgvFor:
     for key, value in opts.trainer_env.items():
         flags += ["--env", f"{key}={value}"]
     flags += _condition_flags(opts)
+    flags += hazard_flags(opts.hazards, opts.expect_hazard)
 
     def argv(folder: Path) -> list[str]:
         head = [sys.executable, "-m", "harness", "watch", "--report-dir", str(folder)]

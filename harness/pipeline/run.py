@@ -27,6 +27,7 @@ from harness.execute.conditions import check_available
 from harness.execute.watchdog import Limits
 from harness.files import write_failure
 from harness.outcome import BUILD_FAILED, USAGE, Kind, interrupted_code
+from harness.pipeline import hazards as hazard_stage
 from harness.pipeline.diagnose import diagnose
 from harness.pipeline.epochs import check_whole_epochs
 from harness.pipeline.evidence import save_build_evidence, save_endlog_evidence
@@ -246,10 +247,13 @@ def _run_env_stages(
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # the disk filled up since the report folder was checked
             raise HarnessError(f"cannot create {run_dir}: {write_failure(exc)}") from None
+    env = runner.command_env(overrides)
+    if opts.hazards:
+        hazard_stage.prepare(report, env, argv, run_dir)
     spec = runner.RunSpec(
         argv=argv,
         cwd=run_dir,
-        env=runner.command_env(overrides),
+        env=env,
         parser=pin.parser,
         log_path=report.artifact("output.log"),
         conditions=opts.conditions,
@@ -269,6 +273,8 @@ def _run_env_stages(
         on_tick=_ticker(opts.progress),
     )
     _record_outcome(report, outcome, sigs)
+    if opts.hazards:
+        hazard_stage.collect(report, opts.expect_hazard)
     diagnose(report, pin, opts.checkout, opts.commit, shlex.join(option_flags(opts)))
     endlog = save_endlog_evidence(report, run_dir, settings.upstream_env, outcome.started_at)
     if endlog is not None:
@@ -301,6 +307,7 @@ def _run_env_stages(
         config_source = config_source.replace(f"{report.directory}/", "")
         report.notes.append(f"config for checks read from {config_source}")
         checksmod.apply_to_verdict(verdict, report.checks)
+    hazard_stage.judge(report, opts.expect_hazard)
     store.finish(report, "interrupted" if interrupted else "complete")
     return report, interrupted if interrupted is not None else verdict.exit_code
 
@@ -330,10 +337,11 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
     report.command = CommandInfo(
         argv=list(opts.argv), cwd=str(opts.cwd), env=env, parser=opts.parser
     )
+    spec_env = runner.command_env(env)
     spec = runner.RunSpec(
         argv=list(opts.argv),
         cwd=opts.cwd,
-        env=runner.command_env(env),
+        env=spec_env,
         parser=opts.parser,
         log_path=report.artifact("output.log"),
         conditions=opts.conditions,
@@ -343,6 +351,8 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
         # from the first write to the last (a signal, a failure while diagnosing or
         # writing): a finished report, never one stuck at "running"
         with finishing(report):
+            if opts.hazards:
+                hazard_stage.prepare(report, spec_env, list(opts.argv), opts.cwd)
             store.save(report, "run")
             opts.progress.phase("run")
             outcome = runner.run_watched(
@@ -353,7 +363,10 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
                 on_tick=_ticker(opts.progress),
             )
             _record_outcome(report, outcome, load_signatures())
+            if opts.hazards:
+                hazard_stage.collect(report, opts.expect_hazard)
             diagnose(report, None)
+            hazard_stage.judge(report, opts.expect_hazard)
             interrupted = _interrupted_code(outcome)
             store.finish(report, "interrupted" if interrupted else "complete")
     finally:

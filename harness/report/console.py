@@ -77,6 +77,10 @@ def next_step(r: Report, kind: str) -> str:
         md = where / "report.md"
         shown = md if md.exists() else where / "report.json"
         return f"every check with its observed value and bound: {shown}"
+    if r.hazards is not None and r.hazards.hazards:
+        md = where / "report.md"
+        shown = md if md.exists() else where / "report.json"
+        return f"each hazard's stacks, threads and locks: {shown}"
     if kind == Kind.BUILD_FAILED and r.build:
         return f"the build log: {r.build.log_path}"
     return ""
@@ -152,6 +156,9 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
     table.add_row("verdict", f"[{outcome.style(kind)}]{kind}[/]")
     if v is not None:
         table.add_row("summary", shown(v.summary))
+    if r.hazards is not None:  # on a pass too: what could hang on another host or run
+        table.add_row("hazards", shown(r.hazards.line()))
+    if v is not None:
         if v.mechanism:
             table.add_row("mechanism", shown(v.mechanism))
         if v.location:

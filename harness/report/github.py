@@ -95,6 +95,9 @@ def workflow_commands(r: Report, environ: Mapping[str, str] | None = None) -> li
             out.append(command("error", summary, file=where[0], line=where[1], title=title))
         else:
             out.append(command("error", summary, title=title))
+    for h in r.hazards.hazards if r.hazards is not None else []:
+        title = terminal_safe(f"harness {r.mode} {r.title}: hazard {h.kind.value}")
+        out.append(command("warning", terminal_safe(h.line()), title=title))
     for c in r.checks:
         if c.status == "fail":
             message = terminal_safe(f"{c.name}: observed {c.observed}, bound {c.bound}")
@@ -121,6 +124,9 @@ def summary_markdown(r: Report) -> str:
     if r.checks:
         failed = sum(c.status == "fail" for c in r.checks)
         rows.append(("checks", f"{len(r.checks) - failed}/{len(r.checks)} passed"))
+    if r.hazards is not None:  # a pass too: the hazard is in every run (docs/hazards.md)
+        rows.append(("hazards", r.hazards.line()))
+        rows += [("", h.line()) for h in r.hazards.hazards[1:4]]
     rows.append(("report", str(r.directory)))
     lines += markdown.table(("", ""), rows)
     failed_checks = [c for c in r.checks if c.status == "fail"]

@@ -249,6 +249,18 @@ def relative_link(path: Path, base: Path) -> str:
         return path.resolve().as_posix()
 
 
+def hazards_section(r: Report) -> str:
+    """What --hazards recorded (docs/hazards.md): the count line, each hazard's evidence."""
+    assert r.hazards is not None
+    out = [f"<p>{e(r.hazards.line())}</p>"]
+    for h in r.hazards.hazards:
+        out.append(f"<h3>{e(h.kind.value)} at {code(h.where)}</h3><p>{e(h.summary)}</p>")
+        out.append(facts((label, e(text)) for label, text in h.facts()))
+    if r.hazards.notes:
+        out.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in r.hazards.notes) + "</ul>")
+    return "".join(out)
+
+
 def render_html(report: Report, page_dir: Path | None = None) -> str:
     """The whole page for one run; its links are relative to `page_dir` (default: the
     report's folder, where report.html belongs)."""
@@ -267,6 +279,8 @@ def render_html(report: Report, page_dir: Path | None = None) -> str:
         section("build", "Build", build_section(r)),
         section("output", "Output tail", output_section(r)),
     ]
+    if r.hazards is not None:
+        body.insert(2, section("hazards", "Hazards", hazards_section(r)))
     notes = list(r.notes) + (r.samples.notes if r.samples else [])
     if notes:
         items = "".join(f"<li>{escape(n)}</li>" for n in notes)

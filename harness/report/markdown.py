@@ -119,11 +119,23 @@ def render_report(r: Report) -> str:
     last = r.progress.last_metrics
     if last:
         lines += ["", "## Last metrics", "", *table(("key", "value"), sorted(last.items()))]
+    if r.hazards is not None:
+        lines += _hazard_lines(r)
     if r.notes:
         lines += ["", "## Notes", ""] + [f"- {md(n, True)}" for n in r.notes]
     present = [name for name in ("report.json", *_files(r)) if name]
     lines += ["", f"Artifacts: {', '.join(present)}", ""]
     return "\n".join(lines)
+
+
+def _hazard_lines(r: Report) -> list[str]:
+    """## Hazards (docs/hazards.md): the count line, then each hazard and its evidence."""
+    assert r.hazards is not None
+    lines = ["", "## Hazards", "", md(r.hazards.line(), paragraph=True), ""]
+    for h in r.hazards.hazards:
+        lines += [f"### {md(h.kind.value)} at {code(h.where)}", "", md(h.summary, True), ""]
+        lines += [*table(("", ""), h.facts()), ""]
+    return lines + [f"- {md(n, True)}" for n in r.hazards.notes]
 
 
 def _files(r: Report) -> list[str]:

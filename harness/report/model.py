@@ -20,6 +20,7 @@ from harness.build import BuildResult
 from harness.doctor.fingerprint import HostFingerprint
 from harness.execute.conditions import HostConditions
 from harness.execute.watchdog import Limits
+from harness.hazards.model import HazardReport
 from harness.sampling.model import SampleSet
 
 SCHEMA_VERSION = 2  # 2: trigger `closed`, samples.wake (links[].via), verdict.wake_chain, hazards
@@ -199,6 +200,8 @@ class Report:
     # written before either was recorded (read back as None: report.load)
     host: HostFingerprint | None = None
     conditions: HostConditions | None = None
+    # --hazards (docs/hazards.md): what the run's recorders saw; None when not recorded
+    hazards: HazardReport | None = None
 
     def artifact(self, name: str) -> Path:
         return self.directory / name
@@ -270,4 +273,5 @@ class Report:
             "evidence": dict(self.evidence),
             "host": self.host.to_json() if self.host is not None else None,
             "conditions": self.conditions.to_json() if self.conditions is not None else None,
+            "hazards": plain(self.hazards) if self.hazards is not None else None,
         }

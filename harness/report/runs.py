@@ -52,6 +52,8 @@ class RunRow:
     # one run now (no counts: all of them are `kind`); --repeat will count into both
     runs: int = 1
     counts: dict[Kind, int] = field(default_factory=dict)
+    # under --expect hazard:…, the expected hazard the run showed (whatever its verdict)
+    hazard: str | None = None
 
     @property
     def kinds(self) -> dict[Kind, int]:
@@ -96,6 +98,9 @@ def row_from_report(
         epochs=last.get("epoch"),
         sps=last.get("SPS"),
         checks_failed=[c.name for c in report.checks if c.status == CheckStatus.FAIL],
+        hazard=report.hazards.expected[0].summary
+        if report.hazards and report.hazards.expected
+        else None,
         build_key=build.key if build else None,
         build_ok=build.ok if build else None,
         build_s=build.duration_s if build else None,

@@ -44,6 +44,7 @@ RUNTIMES = (
     "nccl",
     "torch",  # libtorch*, libc10* (gloo and c10d are compiled into libtorch_cpu)
     "gloo",  # a standalone libgloo
+    "harness-shim",  # the harness's own --hazards shim (libpuffer-hazards.so), never own code
 )
 OPENMP_RUNTIMES = frozenset({"libgomp", "libomp", "libiomp5"})
 
@@ -53,6 +54,7 @@ CACHE_SIZE = 4096
 
 # The symbols whose definition identifies a runtime, looked up by exact name.
 PROBES = (
+    "puffer_harness_hazards_shim",  # checked first: the shim exports GOMP_parallel too
     "__kmpc_fork_call",
     "kmp_set_blocktime",
     "GOMP_parallel",
@@ -101,6 +103,8 @@ def classify(soname: str, exports: Iterable[str]) -> Identity:
     have = set(exports)
     stem = soname_stem(soname)
     said = f" (SONAME {soname})" if soname else ""
+    if "puffer_harness_hazards_shim" in have:
+        return Identity("harness-shim", soname, f"exports puffer_harness_hazards_shim{said}")
     if "__kmpc_fork_call" in have and "kmp_set_blocktime" in have:
         # libomp and libiomp5 both export the GOMP_ entry points too: checked first
         name = "libiomp5" if stem.startswith("libiomp") else "libomp"
