@@ -6,6 +6,7 @@ folded (the same kind at the same place is one hazard, counted)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from harness.hazards.model import Hazard, Site
 from harness.hazards.records import Mapping, Records
 from harness.hazards.symbols import Namer
+from harness.sampling.pysource import source_line
 from harness.sampling.runtimes import identify
 
 SHIM_MODULE = "libpuffer-hazards"
@@ -104,3 +106,17 @@ def py_sites(frames: Any) -> list[Site]:
 def py_site(frame: Any) -> Site | None:
     found = py_sites([frame])
     return found[0] if found else None
+
+
+_ASSIGNED = re.compile(r"\s*(?:self\.)?([A-Za-z_][\w.]*)\s*(?::[^=]*)?=[^=].*\bR?Lock\(")
+
+
+def py_lock_name(made_at: object, serial: int) -> str:
+    """`ledger (bank.py:9)` when the line that made the lock assigns it to a name, else
+    `the Lock made at bank.py:9` (the hook records where each lock was made)."""
+    path, _, line = str(made_at or "").rpartition(":")
+    if not path or not line.isdigit():
+        return f"lock #{serial}" if serial else "a Lock"
+    where = f"{Path(path).name}:{line}"
+    m = _ASSIGNED.match(source_line(path, int(line)))
+    return f"{m.group(1)} ({where})" if m else f"the Lock made at {where}"

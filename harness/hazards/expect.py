@@ -40,15 +40,15 @@ def is_hazard_spec(text: str) -> bool:
 def parse_expect(text: str) -> HazardExpect:
     """`hazard:KIND[:LOCATION]`, or a one-line usage error naming the kinds."""
     if not is_hazard_spec(text):
-        raise HarnessError(f"--expect {text!r}: a hazard is hazard:KIND[:LOCATION]", USAGE)
+        raise HarnessError(f"{text!r}: a hazard is hazard:KIND[:LOCATION]", USAGE)
     kind, _, location = text[len(PREFIX) :].partition(":")
     try:
         parsed = HazardKind(kind)
     except ValueError:
         known = ", ".join(values(HazardKind))
         raise HarnessError(
-            f"--expect {text!r}: unknown hazard kind {kind!r} (known: {known})", USAGE
+            f"{text!r}: unknown hazard kind {kind!r} (known: {known})", USAGE
         ) from None
     if (location == "" and text.endswith(":")) or any(c.isspace() for c in location):
-        raise HarnessError(f"--expect {text!r}: LOCATION is a function, FILE:LINE or FILE", USAGE)
+        raise HarnessError(f"{text!r}: LOCATION is a function, FILE:LINE or FILE", USAGE)
     return HazardExpect(parsed, location or None)

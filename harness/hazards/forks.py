@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from harness.hazards.context import FRAMES_SHOWN, Context, py_site, py_sites
+from harness.hazards.context import FRAMES_SHOWN, Context, py_lock_name, py_site, py_sites
 from harness.hazards.model import Hazard, Site, ThreadAtFork
 from harness.hazards.records import Fork
 from harness.sampling.runtimes import OPENMP_RUNTIMES
@@ -48,8 +48,9 @@ THREADS_PYTHON = (
     "(DeprecationWarning)"
 )
 TOOK = (
-    "the child took a lock another thread held at the fork: the child's copy of a lock taken "
-    "at the fork never comes free, so whenever the fork lands while it is held the child hangs"
+    "the child took (or waited for) a lock another thread held at the fork: the child's copy "
+    "of a lock taken at the fork never comes free, so whenever the fork lands while it is "
+    "held the child hangs"
 )
 
 
@@ -104,7 +105,7 @@ def _threads(ctx: Context, f: _Fork) -> list[ThreadAtFork]:
     native_tids = {t.tid for t in out}
     for py_tid, t in py_threads.items():
         held = [
-            f"{h.get('lock') or 'a Lock'} at {at.label()}"
+            f"{py_lock_name(h.get('lock'), 0)} at {at.label()}"
             for h in t.get("held", [])
             if isinstance(h, dict) and (at := py_site(h.get("site"))) is not None
         ]
@@ -150,7 +151,7 @@ def _child(ctx: Context, f: _Fork, team: str) -> tuple[str, list[Site], bool, bo
         at = py_site(f.py_child.get("site"))
         if at is not None:
             sites.append(at)
-        lock, holder = f.py_child.get("lock") or "a Lock", f.py_child.get("holder", "?")
+        lock, holder = py_lock_name(f.py_child.get("lock"), 0), f.py_child.get("holder", "?")
         said.append(
             f"waited for {lock} (thread {holder} held it at "
             f"{held_at.label() if held_at else '?'}) at {at.label() if at else '?'}"

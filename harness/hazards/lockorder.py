@@ -12,7 +12,7 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from harness.hazards.context import Context, py_site
+from harness.hazards.context import Context, py_lock_name, py_site
 from harness.hazards.model import Hazard, Site
 from harness.hazards.records import Edge
 from harness.vocab import HazardKind
@@ -37,87 +37,97 @@ class _Step:
     via: Site | None  # the first own frame that is not the taken site's function
 
 
-def _cycles(steps: list[_Step]) -> Iterator[list[_Step]]:
-    """Every cycle of at most MAX_CYCLE locks, each set of locks once."""
-    graph: dict[Hashable, list[_Step]] = {}
-    for s in steps:
-        graph.setdefault(s.held, []).append(s)
+def _cycles(edges: list[tuple[Hashable, Hashable]]) -> Iterator[list[int]]:
+    """Every cycle of at most MAX_CYCLE locks, each set of locks once, as indexes of
+    `edges` (held, taken) in order."""
+    graph: dict[Hashable, list[int]] = {}
+    for i, (held, _) in enumerate(edges):
+        graph.setdefault(held, []).append(i)
     seen: set[frozenset[Hashable]] = set()
     budget = MAX_STEPS
     for start in sorted(graph, key=str):
-        stack: list[tuple[Hashable, list[_Step]]] = [(start, [])]
+        stack: list[tuple[Hashable, list[int]]] = [(start, [])]
         while stack and budget > 0:
             node, path = stack.pop()
-            for s in graph.get(node, []):
+            for i in graph.get(node, []):
                 budget -= 1
-                if s.taken == start:
-                    cycle = [*path, s]
-                    locks = frozenset(x.held for x in cycle)
+                taken = edges[i][1]
+                if taken == start:
+                    locks = frozenset(edges[j][0] for j in [*path, i])
                     if locks not in seen:
                         seen.add(locks)
-                        yield cycle
+                        yield [*path, i]
                 elif (
                     len(path) + 1 < MAX_CYCLE
-                    and s.taken != node
-                    and all(s.taken != p.held for p in path)
-                    and str(s.taken) > str(start)  # each cycle from its smallest lock only
+                    and taken != node
+                    and all(taken != edges[j][0] for j in path)
+                    and str(taken) > str(start)  # each cycle from its smallest lock only
                 ):
-                    stack.append((s.taken, [*path, s]))
+                    stack.append((taken, [*path, i]))
 
 
-def _add_cycles(ctx: Context, pid: int, steps: list[_Step], names: dict[Hashable, str]) -> None:
-    for n, cycle in enumerate(_cycles(steps)):
-        if n >= MAX_CYCLES:
-            break
-        orders = []
-        for s in cycle:
-            via = f", via {s.via.label()}" if s.via else ""
-            orders.append(
-                f"{names.get(s.held, '?')} at {s.held_site.label()} then {names.get(s.taken, '?')} "
-                f"at {s.taken_site.label()} (thread {s.thread}{via})"
-            )
-        first = cycle[0]
-        chain = " → ".join([names.get(s.held, "?") for s in cycle] + [names.get(first.held, "?")])
-        sites = [x for s in cycle for x in (s.held_site, s.taken_site)]
-        locations = [n for x in sites for n in x.names()] + [names.get(s.held, "") for s in cycle]
-        ctx.add(
-            Hazard(
-                kind=HazardKind.LOCK_ORDER,
-                where=first.taken_site.label(),
-                summary=f"lock-order cycle {chain} ({len(cycle)} orders), first at "
-                f"{first.taken_site.label()}",
-                consequence=CONSEQUENCE,
-                pid=pid,
-                location=first.taken_site.function,
-                locations=list(dict.fromkeys(x for x in locations if x)),
-                cycle=orders,
-                sites=sites,
-            )
+def _add_cycle(ctx: Context, pid: int, cycle: list[_Step], names: dict[Hashable, str]) -> None:
+    orders = []
+    for s in cycle:
+        via = f", via {s.via.label()}" if s.via else ""
+        orders.append(
+            f"{names.get(s.held, '?')} at {s.held_site.label()} then {names.get(s.taken, '?')} "
+            f"at {s.taken_site.label()} (thread {s.thread}{via})"
         )
+    first = cycle[0]
+    chain = " → ".join([names.get(s.held, "?") for s in cycle] + [names.get(first.held, "?")])
+    sites = [x for s in cycle for x in (s.held_site, s.taken_site)]
+    locations = [n for x in sites for n in x.names()] + [names.get(s.held, "") for s in cycle]
+    ctx.add(
+        Hazard(
+            kind=HazardKind.LOCK_ORDER,
+            where=first.taken_site.label(),
+            summary=f"lock-order cycle {chain} ({len(cycle)} orders), first at "
+            f"{first.taken_site.label()}",
+            consequence=CONSEQUENCE,
+            pid=pid,
+            location=first.taken_site.function,
+            locations=list(dict.fromkeys(x for x in locations if x)),
+            cycle=orders,
+            sites=sites,
+        )
+    )
+
+
+def _native_step(ctx: Context, e: Edge) -> _Step:
+    """One edge named: its call sites (a library's own lock call named by its first own
+    caller: std::mutex::lock inlined, a logging library's wrapper), the stack's own frame."""
+    pid = e.pid
+    ctx.sites(pid, [e.held_site, e.taken_site, *e.stack])
+    taken = ctx.site(pid, e.taken_site)
+    stack = ctx.stack(pid, e.stack)
+    if not ctx.own(taken):
+        taken = ctx.first_own(stack) or taken
+    held = ctx.site(pid, e.held_site)
+    if not ctx.own(held):
+        held = taken if taken.function == held.function else held
+    via = next((s for s in stack if ctx.own(s) and s.function != taken.function), None)
+    return _Step(e.held, e.taken, e.thread, held, taken, via)
 
 
 def native_cycles(ctx: Context) -> None:
+    """The cycles of each process's mutex graph; only their edges and locks are named (a
+    Python process has edges of the interpreter's own mutexes, never in a cycle)."""
     per_pid: dict[int, list[Edge]] = {}
     for e in ctx.rec.edges:
         per_pid.setdefault(e.pid, []).append(e)
     for pid, group in per_pid.items():
-        ctx.sites(pid, [a for e in group for a in (e.held_site, e.taken_site, *e.stack)])
-        names: dict[Hashable, str] = {}
-        for e in group:
-            for lock in (e.held, e.taken):
-                names[lock] = ctx.variable(pid, lock[0])
-        steps = []
-        for e in group:
-            taken = ctx.site(pid, e.taken_site)
-            stack = ctx.stack(pid, e.stack)
-            if not ctx.own(taken):  # inside a library (std::mutex::lock): its first own caller
-                taken = ctx.first_own(stack) or taken
-            held = ctx.site(pid, e.held_site)
-            if not ctx.own(held):
-                held = taken if taken.function == held.function else held
-            via = next((s for s in stack if ctx.own(s) and s.function != taken.function), None)
-            steps.append(_Step(e.held, e.taken, e.thread, held, taken, via))
-        _add_cycles(ctx, pid, steps, names)
+        pairs: list[tuple[Hashable, Hashable]] = [(e.held, e.taken) for e in group]
+        for n, cycle in enumerate(_cycles(pairs)):
+            if n >= MAX_CYCLES:
+                break
+            steps = [_native_step(ctx, group[i]) for i in cycle]
+            names: dict[Hashable, str] = {}
+            for s in steps:
+                for lock in (s.held, s.taken):
+                    assert isinstance(lock, tuple)
+                    names[lock] = ctx.variable(pid, lock[0])
+            _add_cycle(ctx, pid, steps, names)
 
 
 def python_cycles(ctx: Context) -> None:
@@ -135,8 +145,12 @@ def python_cycles(ctx: Context) -> None:
                 continue
             if hs is None or ts is None or not isinstance(h, int) or not isinstance(t, int):
                 continue
-            names[("py", h)] = f"the Lock made at {hname}" if hname else f"lock #{h}"
-            names[("py", t)] = f"the Lock made at {tname}" if tname else f"lock #{t}"
+            names[("py", h)] = py_lock_name(hname, h)
+            names[("py", t)] = py_lock_name(tname, t)
             thread = str(e.get("thread") or e.get("tid") or "?")
             steps.append(_Step(("py", h), ("py", t), thread, hs, ts, None))
-        _add_cycles(ctx, pid, steps, names)
+        pairs = [(s.held, s.taken) for s in steps]
+        for n, cycle in enumerate(_cycles(pairs)):
+            if n >= MAX_CYCLES:
+                break
+            _add_cycle(ctx, pid, [steps[i] for i in cycle], names)

@@ -27,10 +27,12 @@ MAX_ELF_BYTES = 256 << 20  # a file this large is not opened for its symbols
 @dataclass
 class _Elf:
     loads: list[tuple[int, int, int]] = field(default_factory=list)  # offset, vaddr, memsz
-    objects: list[tuple[int, int, str]] = field(default_factory=list)  # vaddr, size, name
+    objects: list[tuple[int, int, str]] | None = None  # vaddr, size, name; read on demand
 
 
-def _read_elf(path: str) -> _Elf:
+def _read_elf(path: str, symbols: bool = False) -> _Elf:
+    """The file's loadable segments; with `symbols`, its data objects too (a large symbol
+    table, libpython's, takes a second: read only to name a mutex)."""
     out = _Elf()
     try:
         if os.path.getsize(path) > MAX_ELF_BYTES:
@@ -43,6 +45,9 @@ def _read_elf(path: str) -> _Elf:
                 if seg["p_type"] == "PT_LOAD":
                     # memsz: a mutex in .bss lies past the bytes the file holds
                     out.loads.append((seg["p_offset"], seg["p_vaddr"], seg["p_memsz"]))
+            if not symbols:
+                return out
+            out.objects = []
             for name in (".symtab", ".dynsym"):
                 table = elf.get_section_by_name(name)
                 if table is None or not hasattr(table, "iter_symbols"):
@@ -53,7 +58,7 @@ def _read_elf(path: str) -> _Elf:
                 if out.objects:
                     break
     except Exception:  # a file replaced since the run, or one pyelftools cannot read
-        return _Elf()
+        return _Elf(objects=[] if symbols else None)
     return out
 
 
@@ -68,10 +73,11 @@ class Namer:
         self._llvm = find_tool("llvm-symbolizer")
         self._addr2line = None if self._llvm else find_tool("addr2line")
 
-    def _elf(self, path: str) -> _Elf:
-        if path not in self._elfs:
-            self._elfs[path] = _read_elf(path)
-        return self._elfs[path]
+    def _elf(self, path: str, symbols: bool = False) -> _Elf:
+        known = self._elfs.get(path)
+        if known is None or (symbols and known.objects is None):
+            known = self._elfs[path] = _read_elf(path, symbols)
+        return known
 
     @staticmethod
     def mapping(maps: list[Mapping], addr: int) -> Mapping | None:
@@ -165,7 +171,7 @@ class Namer:
             return f"a mutex at {addr:#x} (heap or stack)"
         vaddr = self._vaddr(m, addr)
         if vaddr is not None:
-            for start, size, name in self._elf(m.path).objects:
+            for start, size, name in self._elf(m.path, symbols=True).objects or []:
                 if start <= vaddr < start + size:
                     plus = f"+{vaddr - start:#x}" if vaddr != start else ""
                     return f"{name}{plus}"

@@ -316,7 +316,7 @@ def _install() -> None:  # one closure over the hook's state, on purpose
         f: types.FrameType | None = getframe(2)
         while f is not None and f.f_code.co_filename in (__file__, threading_file):
             f = f.f_back
-        return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}" if f else ""
+        return f"{f.f_code.co_filename}:{f.f_lineno}" if f else ""
 
     real_lock, real_rlock = threading.Lock, threading.RLock
     lock_types = (type(_thread.allocate_lock()), _Tracked)

@@ -1,0 +1,223 @@
+"""`--hazards` (issue 30, docs/hazards.md): hazards recorded in runs that pass, by the real
+shim and hook in real processes: a lock-order inversion whose two orders never overlapped,
+a fork after an OpenMP team whose child entered LLVM's libomp (which survives it), a Python
+fork from a thread pool's process; and none in their look-alikes (one lock order, a child
+that runs no region, a fork before any thread). Then the harness around them: report.json,
+report.md and the summary line on a pass, `--expect hazard:…` as the failure (verdict
+hazard, exit 9), bad input as one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from harness.bisect.model import BAD, GOOD, SKIP
+from harness.bisect.steps import classify_run
+from harness.cli import main as cli_main
+from harness.errors import HarnessError
+from harness.hazards.expect import parse_expect
+from harness.hazards.findings import find_hazards
+from harness.hazards.model import HazardReport
+from harness.hazards.records import read_records
+from harness.hazards.shim import Recorders, hazard_env, recorders
+from harness.outcome import USAGE, Kind
+from harness.vocab import HazardKind
+from tests.facts import require_tool
+from tests.harness_cli import harness
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+RUN_TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="session")
+def shim(cache_env: dict[str, str]) -> Recorders:
+    """The recorders, built once per session into the session's shared cache."""
+    return recorders(Path(cache_env["HARNESS_CACHE_DIR"]))
+
+
+def recorded(rec: Recorders, folder: Path, *argv: str) -> HazardReport:
+    """Run `argv` to its end with both recorders loaded; the hazards its records show."""
+    folder.mkdir()
+    env = {**os.environ, **hazard_env(rec, folder, os.environ)}
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=RUN_TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    return find_hazards(folder)
+
+
+def line_of(program: str, text: str, after: str = "") -> int:
+    """The line of `program` holding `text`, the first after the line holding `after` (the
+    tests name lines by their code, not by number)."""
+    lines = (PROGRAMS / program).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line)
+    return next(i for i, line in enumerate(lines[start:], start + 1) if text in line)
+
+
+def test_a_lock_order_inversion_in_a_passing_run_and_none_in_one_order(
+    shim: Recorders, c_program: Callable[[str], Path], tmp_path: Path
+) -> None:
+    binary = str(c_program("lock_orders"))
+    found = recorded(shim, tmp_path / "inverted", binary, "inverted")
+    [h] = found.hazards
+    assert h.kind is HazardKind.LOCK_ORDER
+    assert "lock_a → lock_b → lock_a" in h.summary
+    # both orders, each with both of its call sites
+    a_then_b = [c for c in h.cycle if c.startswith("lock_a at take_a_then_b")]
+    b_then_a = [c for c in h.cycle if c.startswith("lock_b at take_b_then_a")]
+    assert len(a_then_b) == len(b_then_a) == 1, h.cycle
+    for order, (first, second), fn in (
+        (a_then_b[0], ("lock_a", "lock_b"), "take_a_then_b"),
+        (b_then_a[0], ("lock_b", "lock_a"), "take_b_then_a"),
+    ):
+        one = line_of("lock_orders.c", f"pthread_mutex_lock(&{first});", f"*{fn}(")
+        two = line_of("lock_orders.c", f"pthread_mutex_lock(&{second});", f"*{fn}(")
+        assert (
+            f"{first} at {fn} (lock_orders.c:{one}) then {second} at {fn} (lock_orders.c:{two})"
+            in order
+        )
+    assert {"take_a_then_b", "take_b_then_a", "lock_a", "lock_b"} <= set(h.locations)
+    same = recorded(shim, tmp_path / "ordered", binary, "ordered")
+    assert same.hazards == [] and same.processes >= 1
+
+
+def test_fork_after_an_openmp_team_whose_child_enters_libomp(
+    shim: Recorders, tmp_path: Path
+) -> None:
+    clang = require_tool("clang", why="LLVM's libomp survives a fork: the run passes")
+    binary = tmp_path / "omp_fork_child"
+    src = PROGRAMS / "omp_fork_child.c"
+    built = subprocess.run(
+        [clang, "-g", "-O1", "-fopenmp", "-o", str(binary), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert built.returncode == 0, f"clang -fopenmp (libomp-dev) failed: {built.stderr}"
+    found = recorded(shim, tmp_path / "region", str(binary), "region")
+    [h] = found.hazards
+    assert h.kind is HazardKind.FORK_AFTER_OPENMP and h.runtime == "libomp"
+    fork_line = line_of("omp_fork_child.c", "pid_t pid = fork();")
+    assert h.where == f"start_worker (omp_fork_child.c:{fork_line})"
+    assert "its child entering the runtime at team_sum (omp_fork_child.c:" in h.summary
+    assert "with GNU libgomp the child deadlocks" in h.consequence
+    assert any(t.runtime == "libomp" for t in h.threads)
+    assert {"start_worker", "team_sum"} <= set(h.locations)
+    # the same fork, a child that runs no region: safe, counted, not a hazard
+    quiet = recorded(shim, tmp_path / "none", str(binary), "none")
+    assert quiet.hazards == [] and (quiet.forks, quiet.safe_forks) == (1, 1)
+
+
+def test_python_forks_and_locks(shim: Recorders, tmp_path: Path) -> None:
+    py = sys.executable
+    pool = recorded(shim, tmp_path / "pool", py, str(PROGRAMS / "py_fork_thread_pool.py"), "own")
+    [h] = pool.hazards
+    assert h.kind is HazardKind.FORK_WITH_THREADS
+    fork_line = line_of("py_fork_thread_pool.py", "pid = os.fork()")
+    assert h.python_stack[0].label() == f"main (py_fork_thread_pool.py:{fork_line})"
+    workers = [t for t in h.threads if t.name.startswith("ThreadPoolExecutor")]
+    assert len(workers) == 2 and all(t.stack and t.stack[0].function == "_worker" for t in workers)
+    assert "DeprecationWarning" in h.consequence
+    before = recorded(shim, tmp_path / "before", py, str(PROGRAMS / "py_fork_before_threads.py"))
+    assert before.hazards == [] and before.forks == 0
+    locks = recorded(shim, tmp_path / "locks", py, str(PROGRAMS / "pylock_inverted.py"))
+    [cycle] = locks.hazards
+    assert cycle.kind is HazardKind.LOCK_ORDER
+    assert cycle.summary.startswith("lock-order cycle ledger (pylock_inverted.py:")
+    assert {"post", "audit"} <= set(cycle.locations), cycle.locations
+
+
+def test_expect_hazard_fails_a_passing_watch_and_hazards_show_on_a_pass(
+    c_program: Callable[[str], Path], tmp_path: Path, cache_env: dict[str, str]
+) -> None:
+    binary = str(c_program("lock_orders"))
+    expect = "hazard:lock-order:take_b_then_a"
+    res = harness(
+        "watch", "--expect", expect, "--", binary, "inverted",
+        report_root=tmp_path / "expect", env=cache_env,
+    )  # fmt: skip
+    assert res.code == 9, res.stderr
+    data = res.report
+    assert data["verdict"]["kind"] == Kind.HAZARD
+    assert data["verdict"]["location"] == "take_a_then_b"
+    [h] = data["hazards"]["hazards"]
+    assert h["expected"] is True and h["kind"] == "lock-order"
+    assert data["hazards"]["expect"] == expect
+    assert "## Hazards" in (res.folder / "report.md").read_text()
+    ok = harness(
+        "watch", "--hazards", "--", binary, "ordered", report_root=tmp_path / "ok", env=cache_env
+    )
+    assert ok.code == 0, ok.stderr
+    assert ok.report["hazards"]["hazards"] == []
+    assert "hazards  none (" in ok.stdout  # the summary's line, on a pass
+
+
+def test_records_that_do_not_parse_are_counted_never_raised(tmp_path: Path) -> None:
+    folder = tmp_path / "hazards"
+    folder.mkdir()
+    (folder / "native-12.log").write_text(
+        "I 12 1 /bin/x\nF 12 12 1\nE 12 zz\nQ 1 2\nS 12 9 0x1\nC 40 1 omp\nX\n"
+    )
+    (folder / "python-12.jsonl").write_text('{"event": "fork"\n[1, 2]\n{"event": "edge"}\n')
+    (tmp_path / "elsewhere.log").write_text("E 1 2 t 0x1 0 0x2 0 0x3 0x4\n")
+    (folder / "native-13.log").symlink_to(tmp_path / "elsewhere.log")  # not followed
+    rec = read_records(folder)
+    assert rec.bad_lines == 8 and rec.edges == []
+    found = find_hazards(folder)
+    assert found.hazards == [] and "8 hazard record line(s) did not parse" in found.notes
+
+
+def test_bad_expect_is_one_line_and_bisect_reads_the_hazard(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for spec, words in (("hazard:", "unknown hazard kind ''"), ("hazard:spin", "known: fork")):
+        with pytest.raises(HarnessError) as info:
+            parse_expect(spec)
+        assert words in info.value.message and info.value.exit_code == USAGE
+    assert parse_expect("hazard:lock-order:x.c:12").location == "x.c:12"
+    argv = ["run", "breakout", "--expect", "hazard:nope", "--report-dir", str(tmp_path)]
+    with pytest.raises(SystemExit) as exited:
+        cli_main(argv)
+    assert exited.value.code == USAGE
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said.endswith(
+        "argument --expect: 'hazard:nope': unknown hazard kind 'nope' "
+        "(known: fork-with-threads, fork-after-openmp, lock-order)"
+    )
+    hazard = "fork() with an OpenMP team of 2 alive (libomp) at container_entry (puffer.c:175)"
+    assert classify_run(Kind.HAZARD, "container_entry", "hazard", None, hazard) == BAD
+    assert classify_run(Kind.HANG, "env_start", "hazard", None, hazard) == BAD  # seen there too
+    assert classify_run(Kind.PASS, None, "hazard", None, None) == GOOD
+    assert classify_run(Kind.HANG, "env_start", "hazard", None, None) == SKIP
+
+
+@pytest.mark.slow
+def test_the_replica_built_with_clang_passes_with_its_fork_hazard_the_fixed_one_has_none(
+    tmp_path: Path, cache_env: dict[str, str]
+) -> None:
+    require_tool("clang", why="the replica passes here when built with LLVM's libomp")
+    res = harness(
+        "run", "breakout", "--variant", "env:CC=clang+env:REPLICA_FIX=guards", "--hazards",
+        report_root=tmp_path / "clang", env=cache_env, timeout=300,
+    )  # fmt: skip
+    assert res.code == 0, res.stderr
+    hazards = res.report["hazards"]["hazards"]
+    [h] = hazards
+    fork_line = line_of("../../upstream_pin/replica/src/puffer.c", "pid_t pid = fork();")
+    region = line_of("../../upstream_pin/replica/src/vecenv.h", "static void env_start(")
+    assert h["kind"] == "fork-after-openmp" and h["runtime"] == "libomp"
+    assert h["where"] == f"container_entry (puffer.c:{fork_line})"
+    entered = [n for n in h["locations"] if n.startswith("vecenv.h:")]
+    assert entered and all(int(n.split(":")[1]) > region for n in entered), h["locations"]
+    assert "hazards  1 hazard: fork() with an OpenMP team of 2 alive (libomp)" in res.stdout
+    fixed = harness(
+        "run", "breakout", "--variant", "fixed", "--hazards",
+        report_root=tmp_path / "fixed", env=cache_env, timeout=300,
+    )  # fmt: skip
+    assert fixed.code == 0, fixed.stderr
+    assert fixed.report["hazards"]["hazards"] == []
+    assert fixed.report["hazards"]["safe_forks"] == 1  # the fork is there, its child harmless
