@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything the harness needs on a Debian/Ubuntu host: system packages (gcc with
-# libgomp, gdb, elfutils for eu-stack, git), then a virtual environment in .venv with the
-# harness and its development tools. Idempotent: a second run only checks.
+# libgomp, clang with libomp, gdb, elfutils for eu-stack, git), then a virtual environment
+# in .venv with the harness and its development tools. Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -15,6 +15,11 @@ have git || need_pkgs+=(git)
 have ccache || need_pkgs+=(ccache)   # the 5.0 build.sh compiles through ccache
 if ! echo 'int main(void){return 0;}' | gcc -fopenmp -x c - -o /dev/null 2>/dev/null; then
   need_pkgs+=(libgomp1)
+fi
+# --hazards' tests and the replica built to pass here: clang with LLVM's libomp (a runtime
+# that survives fork) and llvm-symbolizer, which names clang's inlined frames
+if ! echo 'int main(void){return 0;}' | clang -fopenmp -x c - -o /dev/null 2>/dev/null; then
+  need_pkgs+=(clang libomp-dev)
 fi
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_pkgs+=(python3-venv)
 # the report.html tests open the page in a real browser: Debian's Chromium, driven by
