@@ -82,6 +82,10 @@ def test_a_lock_order_inversion_in_a_passing_run_and_none_in_one_order(
     assert {"take_a_then_b", "take_b_then_a", "lock_a", "lock_b"} <= set(h.locations)
     same = recorded(shim, tmp_path / "ordered", binary, "ordered")
     assert same.hazards == [] and same.processes >= 1
+    # both orders in one thread: no two threads took them, so no cycle is reported
+    alone = recorded(shim, tmp_path / "alone", binary, "alone")
+    assert alone.hazards == []
+    assert len(read_records(tmp_path / "alone").edges) == 2  # the edges were recorded
 
 
 def test_fork_after_an_openmp_team_whose_child_enters_libomp(

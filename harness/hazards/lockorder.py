@@ -4,7 +4,13 @@ kind a graph of its own). An edge held → taken says some thread took `taken` w
 `held`, with both call sites; a cycle says two (or more) threads taking those locks at the
 same time, each in its own order, would each hold one and wait for the next: a deadlock
 this run's timing happened not to meet. Only blocking acquisitions make edges (a trylock or a
-timed lock cannot wait for ever: lockdep's rule)."""
+timed lock cannot wait for ever: lockdep's rule).
+
+A cycle is reported only when its orders were taken by two threads or more. One thread
+taking a then b, later b then a, cannot deadlock with itself; and where a heap mutex goes
+away without pthread_mutex_destroy (C++'s std::mutex is destroyed by no call at all) and
+another comes at its address, one thread's unrelated locks chain into cycles that no two
+threads could ever close: PufferLib 3.0.0's libtorch shows such cycles in every run."""
 
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ CONSEQUENCE = (
 class _Step:
     held: Hashable
     taken: Hashable
+    tid: int
     thread: str
     held_site: Site
     taken_site: Site
@@ -107,7 +114,7 @@ def _native_step(ctx: Context, e: Edge) -> _Step:
     if not ctx.own(held):
         held = taken if taken.function == held.function else held
     via = next((s for s in stack if ctx.own(s) and s.function != taken.function), None)
-    return _Step(e.held, e.taken, e.thread, held, taken, via)
+    return _Step(e.held, e.taken, e.tid, e.thread, held, taken, via)
 
 
 def native_cycles(ctx: Context) -> None:
@@ -118,7 +125,8 @@ def native_cycles(ctx: Context) -> None:
         per_pid.setdefault(e.pid, []).append(e)
     for pid, group in per_pid.items():
         pairs: list[tuple[Hashable, Hashable]] = [(e.held, e.taken) for e in group]
-        for n, cycle in enumerate(_cycles(pairs)):
+        cycles = (c for c in _cycles(pairs) if len({group[i].tid for i in c}) > 1)
+        for n, cycle in enumerate(cycles):
             if n >= MAX_CYCLES:
                 break
             steps = [_native_step(ctx, group[i]) for i in cycle]
@@ -148,9 +156,11 @@ def python_cycles(ctx: Context) -> None:
             names[("py", h)] = py_lock_name(hname, h)
             names[("py", t)] = py_lock_name(tname, t)
             thread = str(e.get("thread") or e.get("tid") or "?")
-            steps.append(_Step(("py", h), ("py", t), thread, hs, ts, None))
+            tid = e["tid"] if isinstance(e.get("tid"), int) else 0
+            steps.append(_Step(("py", h), ("py", t), tid, thread, hs, ts, None))
         pairs = [(s.held, s.taken) for s in steps]
-        for n, cycle in enumerate(_cycles(pairs)):
+        cycles = (c for c in _cycles(pairs) if len({steps[i].tid for i in c}) > 1)
+        for n, cycle in enumerate(cycles):
             if n >= MAX_CYCLES:
                 break
             _add_cycle(ctx, pid, [steps[i] for i in cycle], names)

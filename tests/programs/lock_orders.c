@@ -7,6 +7,8 @@
  *                          inversion: each would hold one and wait for the other).
  *   lock_orders ordered    two threads, together, each take lock_a then lock_b ROUNDS times
  *                          (contended, never a deadlock: one order).
+ *   lock_orders alone      the main thread alone takes lock_a then lock_b, then lock_b then
+ *                          lock_a: both orders, one thread (it cannot deadlock with itself).
  *
  * Prints "done" and exits 0. */
 #include <pthread.h>
@@ -44,7 +46,10 @@ static void *take_b_then_a(void *arg) {
 int main(int argc, char **argv) {
     int ordered = argc > 1 && !strcmp(argv[1], "ordered");
     pthread_t t1, t2;
-    if (ordered) {
+    if (argc > 1 && !strcmp(argv[1], "alone")) {
+        take_a_then_b((void *)1L);
+        take_b_then_a(NULL);
+    } else if (ordered) {
         pthread_create(&t1, NULL, take_a_then_b, (void *)(long)ROUNDS);
         pthread_create(&t2, NULL, take_a_then_b, (void *)(long)ROUNDS);
         pthread_join(t1, NULL);

@@ -11,11 +11,13 @@
  *     held -> taken with both call sites, once per pair; a cycle of edges is a potential
  *     deadlock (the harness finds the cycles after the run).
  *
- * What it interposes: fork, pthread_create, the exec calls, pthread_mutex_lock/trylock/
+ * What it interposes: pthread_create, the exec calls, pthread_mutex_lock/trylock/
  * timedlock/unlock/init/destroy and pthread_cond_wait/timedwait/clockwait (a waiter does not
  * hold its mutex), and GNU libgomp's team-starting entry points (GOMP_parallel and family);
  * LLVM's and Intel's OpenMP runtimes are seen through their tool interface (OMPT), nothing of
- * theirs is wrapped (see "OpenMP" below).
+ * theirs is wrapped (see "OpenMP" below). A fork is seen by atfork handlers (see "fork"):
+ * every fork() runs them, whoever calls it; vfork, posix_spawn and system() do not fork a copy
+ * that runs on.
  *
  * Output: text records, one per line, appended with write(2) to
  * $HARNESS_HAZARDS_DIR/native-<pid>.log (O_APPEND: a forked child writes into its parent's
@@ -117,7 +119,6 @@ typedef int (*cond_wait_fn)(pthread_cond_t *, pthread_mutex_t *);
 typedef int (*cond_timed_fn)(pthread_cond_t *, pthread_mutex_t *, const struct timespec *);
 typedef int (*cond_clock_fn)(pthread_cond_t *, pthread_mutex_t *, clockid_t,
                              const struct timespec *);
-typedef pid_t (*fork_fn)(void);
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*execv_fn)(const char *, char *const[]);
@@ -131,7 +132,6 @@ REAL(mutex_fn, pthread_mutex_destroy)
 REAL(cond_wait_fn, pthread_cond_wait)
 REAL(cond_timed_fn, pthread_cond_timedwait)
 REAL(cond_clock_fn, pthread_cond_clockwait)
-REAL(fork_fn, fork)
 REAL(create_fn, pthread_create)
 REAL(execve_fn, execve)
 REAL(execv_fn, execv)
@@ -463,6 +463,8 @@ struct edge {
     atomic_int state; /* 0 empty, 1 being written, 2 ready */
     void *from, *to;
     unsigned gfrom, gto;
+    pid_t tid;              /* the thread that took it first */
+    atomic_int second_said; /* another thread took it too, and that was recorded */
 };
 static struct edge edges[MAX_EDGES];
 static atomic_int edges_dropped;
@@ -475,8 +477,10 @@ static unsigned hash2(const void *a, const void *b, unsigned ga, unsigned gb) {
     return (unsigned)(x * 0xbf58476d1ce4e5b9ULL >> 32);
 }
 
-/* 1 when from -> to was not known before (and is now), 0 when it was or the table is full */
-static int add_edge(void *from, unsigned gfrom, void *to, unsigned gto) {
+/* 1 when from -> to was not known before (and is now); also 1, once, when a second thread
+ * takes it (a cycle needs two threads: the harness must see one besides the first); 0 when
+ * it was known, or the table is full */
+static int add_edge(void *from, unsigned gfrom, void *to, unsigned gto, pid_t tid) {
     unsigned h = hash2(from, to, gfrom, gto);
     for (int probe = 0; probe < MAX_EDGES; probe++) {
         struct edge *e = &edges[(h + (unsigned)probe) & (MAX_EDGES - 1)];
@@ -488,13 +492,14 @@ static int add_edge(void *from, unsigned gfrom, void *to, unsigned gto) {
                 e->to = to;
                 e->gfrom = gfrom;
                 e->gto = gto;
+                e->tid = tid;
                 atomic_store_explicit(&e->state, 2, memory_order_release);
                 return 1;
             }
             s = atomic_load_explicit(&e->state, memory_order_acquire);
         }
         if (s == 2 && e->from == from && e->to == to && e->gfrom == gfrom && e->gto == gto)
-            return 0;
+            return e->tid != tid && !atomic_exchange(&e->second_said, 1);
         /* another pair, or one being written by another thread (it may be this very pair:
          * a duplicate E record is harmless, the harness counts pairs once) */
     }
@@ -570,11 +575,12 @@ static void push_held(pthread_mutex_t *m, void *site, int ordered) {
     if (ordered) {
         in_shim = 1;
         unsigned gm = gen_of(m);
+        pid_t tid = atomic_load(&t->tid);
         for (int i = 0; i < n && i < MAX_HELD; i++) {
             void *h = t->held[i].lock;
             if (h == m) continue; /* a recursive mutex taken again */
             unsigned gh = gen_of(h);
-            if (add_edge(h, gh, m, gm)) new_edge(h, gh, t->held[i].site, m, gm, site);
+            if (add_edge(h, gh, m, gm, tid)) new_edge(h, gh, t->held[i].site, m, gm, site);
         }
         in_shim = 0;
     }
@@ -917,53 +923,59 @@ static void record_fork(long seq, pid_t self_tid, int ntasks, const pid_t *tids,
 }
 
 static atomic_int forks_dropped;
+static long pending_seq;     /* prepare -> child: the fork being made (glibc serialises */
+static pid_t pending_parent; /* forks: its atfork lock is held from prepare to the end) */
 
-pid_t fork(void) {
+/* The fork's record, made in an atfork prepare handler: registered at start-up, ours runs
+ * after those of every library that registered later (prepare handlers run in reverse
+ * order), so the threads it lists are the ones alive at the fork itself: a pool its library
+ * stops before forking (OpenBLAS's) is gone, one it keeps (libgomp's, libomp's) is there. */
+static void at_prepare(void) {
+    pending_seq = 0;
+    pending_parent = my_pid;
+    if (log_fd < 0) return;
     pid_t self_tid = gettid_raw();
     pid_t tids[MAX_TASKS];
-    int ntasks = log_fd >= 0 ? list_tasks(tids, MAX_TASKS) : 0;
+    int ntasks = list_tasks(tids, MAX_TASKS);
     int listed = ntasks < MAX_TASKS ? ntasks : MAX_TASKS;
     /* live threads besides the forking one; tgkill confirms each (a tid just exiting) */
     int others = 0;
     for (int i = 0; i < listed; i++)
         if (tids[i] != self_tid && alive(tids[i])) others++;
-    unsigned team = atomic_load(&omp_team);
-    long seq = 0;
-    if (log_fd >= 0 && (others > 0 || team > 1)) {
-        seq = atomic_fetch_add(&fork_seq, 1) + 1;
-        if (seq > MAX_FORKS) {
-            dropped(&forks_dropped, "forks");
-            seq = 0;
-        }
+    if (others == 0 && atomic_load(&omp_team) <= 1) return;
+    long seq = atomic_fetch_add(&fork_seq, 1) + 1;
+    if (seq > MAX_FORKS) {
+        dropped(&forks_dropped, "forks");
+        return;
     }
-    if (seq) {
-        in_shim = 1; /* the unwinder's own mutexes are not the program's */
-        record_fork(seq, self_tid, ntasks, tids, listed);
-        in_shim = 0;
-    }
-    pid_t parent = my_pid;
-    pid_t pid = get_fork()();
-    if (pid == 0) {
-        my_pid = (pid_t)syscall(SYS_getpid);
-        /* the parent's other threads are gone: their slots would name dead tids */
-        for (int i = 0; i < MAX_THREADS; i++)
-            if (&threads[i] != me) atomic_store(&threads[i].tid, 0);
-        if (me) atomic_store(&me->tid, my_pid);
-        atomic_store(&fork_seq, 0);
-        atomic_store(&child_said_lock, 0);
-        atomic_store(&child_said_omp, 0);
-        atomic_store(&child_said_omp_thread, 0);
-        forked_child = seq != 0;
-        child_seq = seq;
-        if (seq) {
-            struct line l;
-            start_line(&l, 'P');
-            field_dec(&l, parent);
-            field_dec(&l, seq);
-            end_line(&l);
-        }
-    }
-    return pid;
+    int was = in_shim;
+    in_shim = 1; /* the unwinder's own mutexes are not the program's */
+    record_fork(seq, self_tid, ntasks, tids, listed);
+    in_shim = was;
+    pending_seq = seq;
+}
+
+/* in the child, before any other library's child handler (child handlers run in the order
+ * they were registered): from here, what it does with the parent's runtime and locks counts */
+static void at_child(void) {
+    my_pid = (pid_t)syscall(SYS_getpid);
+    /* the parent's other threads are gone: their slots would name dead tids */
+    for (int i = 0; i < MAX_THREADS; i++)
+        if (&threads[i] != me) atomic_store(&threads[i].tid, 0);
+    if (me) atomic_store(&me->tid, my_pid);
+    atomic_store(&fork_seq, 0);
+    atomic_store(&child_said_lock, 0);
+    atomic_store(&child_said_omp, 0);
+    atomic_store(&child_said_omp_thread, 0);
+    long seq = pending_seq;
+    forked_child = seq != 0;
+    child_seq = seq;
+    if (!seq) return;
+    struct line l;
+    start_line(&l, 'P');
+    field_dec(&l, pending_parent);
+    field_dec(&l, seq);
+    end_line(&l);
 }
 
 /* ---- exec: the child of a hazardous fork is safe from here ---------------------------- */
@@ -1016,6 +1028,7 @@ __attribute__((constructor(101))) static void hazards_init(void) {
     (void)backtrace(warm, 2); /* loads the unwinder now, not inside a lock or a fork */
     have_exit_key = pthread_key_create(&exit_key, release_slot) == 0;
     (void)self();
+    pthread_atfork(at_prepare, NULL, at_child);
     char exe[512];
     ssize_t r = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     exe[r > 0 ? r : 0] = 0;

@@ -62,7 +62,8 @@ def _install() -> None:  # one closure over the hook's state, on purpose
     state = {"fd": -1, "pid": -1, "forks": 0, "edges": 0}
     threading_file = threading.__file__
     serials = itertools.count(1)  # a lock's identity: ids of dead locks come back
-    known: set[tuple[int, int]] = set()
+    known: dict[tuple[int, int], int] = {}  # edge -> the thread that took it first, or 0:
+    # a second thread taking it is recorded once (a cycle needs two threads), then it is 0
     # thread ident -> the locks it holds, innermost last: (lock, site); shared, so a fork
     # can say what the other threads held (each thread changes only its own list)
     holding: dict[int, list[tuple[object, list[object]]]] = {}
@@ -227,9 +228,10 @@ def _install() -> None:  # one closure over the hook's state, on purpose
                     if other is lock:
                         continue
                     key = (getattr(other, "_hz_serial", 0), serial)
-                    if key in known:
+                    first = known.get(key)
+                    if first is not None and first in (0, me):
                         continue
-                    known.add(key)
+                    known[key] = 0 if first is not None else me
                     state["edges"] += 1
                     emit(
                         {
