@@ -132,6 +132,22 @@ def test_dead_worker_reads_the_structured_status_not_the_words() -> None:
     assert run(found, NoParams(), _with_exit(status_known=False), []) == []
 
 
+def test_dead_worker_not_when_the_parent_waits_on_its_own_memory() -> None:
+    """A child that exited while its parent waits on a private futex (a lock, a condition:
+    the wake graph's `private`): the child could never have ended that wait, so its death
+    is not why the parent waits (a pytest worker whose earlier test forked a child that
+    exited 7, deadlocked later on its own threads' locks, was told dead-worker)."""
+    s = samples("dead-worker")
+    parent = 11583
+    assert [w for w in s.waits if w.pid == parent], "the run's waits are recorded"
+    assert run(DETECTORS["dead-worker"], NoParams(), s, [])  # the pipe read: the finding
+    s.waits = [
+        dataclasses.replace(w, private=True, on="futex:0x1000") if w.pid == parent else w
+        for w in s.waits
+    ]
+    assert run(DETECTORS["dead-worker"], NoParams(), s, []) == []
+
+
 def test_exit_blocked_on_a_zombie_main() -> None:
     [m] = find("exit-blocked", "exit-blocked")
     assert m.fields == {

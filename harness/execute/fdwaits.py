@@ -45,6 +45,9 @@ class Wait:
     # what kind of object it waits on (a pipe, a socket, a file lock, …): the graph's
     # readings (the wake-chain causes) match on it
     via: WaitVia = WaitVia.OTHER
+    # on memory of its own process alone (a futex with FUTEX_PRIVATE_FLAG): no other process
+    # could ever have ended it, not even one that has exited since
+    private: bool = False
 
 
 @dataclass

@@ -85,15 +85,22 @@ def _futex(args: Sequence[int], key: tuple[int, int], facts: TreeFacts | None) -
         return Wait(TIMED, f"futex wait with a timeout ({name})", on=on, idle=True, via=via)
     what = f"futex wait, no timeout ({name})"
     pid = key[0]
+    private = bool(args[1] & _FUTEX_PRIVATE)  # the kernel keys it on the address space
     owner = facts.owners.get(key) if facts is not None else None
     if owner is not None:
         what += f": a pthread mutex held by tid {owner[1]}"
-        mutex = WaitVia.MUTEX
         return Wait(
-            TREE, what, on=on, wakers=(owner[0],), owners=(owner,), resolved=True, via=mutex
+            TREE,
+            what,
+            on=on,
+            wakers=(owner[0],),
+            owners=(owner,),
+            resolved=True,
+            via=WaitVia.MUTEX,
+            private=private,
         )
-    if args[1] & _FUTEX_PRIVATE:
-        return Wait(TREE, what, on=on, wakers=(pid,), resolved=True, via=via)
+    if private:
+        return Wait(TREE, what, on=on, wakers=(pid,), resolved=True, via=via, private=True)
     shared = facts.futex_wakers.get((pid, args[0])) if facts is not None else None
     if shared is not None:
         return Wait(TREE, what, on=on, wakers=shared, resolved=True, via=via)
@@ -255,9 +262,26 @@ def tree_waits(
                 # timed, but not asleep on a timer of its own: not idle (neither the `idle`
                 # mechanism nor a housekeeping candidate); a naturally timed wait stays idle
                 w = Wait(
-                    TIMED, f"{w.what}, but the process {timer}", on=w.on, peers=w.peers, via=w.via
+                    TIMED,
+                    f"{w.what}, but the process {timer}",
+                    on=w.on,
+                    peers=w.peers,
+                    via=w.via,
+                    private=w.private,
                 )
-            tw = ThreadWait(proc.pid, th.tid, w.kind, w.what, w.on, list(w.peers), w.idle)
+            known = list(w.wakers) if w.resolved else []
+            tw = ThreadWait(
+                proc.pid,
+                th.tid,
+                w.kind,
+                w.what,
+                w.on,
+                list(w.peers),
+                w.idle,
+                known,
+                w.via,
+                w.private,
+            )
             out.append((tw, w))
     return out
 
@@ -308,8 +332,10 @@ def mark_housekeeping(
     for tw, w in waits:
         why = found.get((tw.pid, tw.tid))
         if why is not None:
-            w = Wait(HOUSEKEEPING, why, on=w.on, peers=w.peers, idle=True, via=w.via)
-            tw = ThreadWait(tw.pid, tw.tid, HOUSEKEEPING, why, w.on, list(w.peers), True)
+            w = Wait(
+                HOUSEKEEPING, why, on=w.on, peers=w.peers, idle=True, via=w.via, private=w.private
+            )
+            tw = replace(tw, kind=HOUSEKEEPING, what=why, idle=True)
         out.append((tw, w))
     return out
 

@@ -121,6 +121,13 @@ class ThreadWait:
     # opposed to a wait made timed by a timer the process may get (SIGALRM, POSIX timers):
     # the `idle` mechanism counts only these
     idle: bool = False
+    # the wake graph: the processes that alone could end the wait, when every one is known
+    # (a private futex: its own process; a pipe: the other end's holders); [] when not known
+    wakers: list[int] = field(default_factory=list)
+    via: WaitVia = WaitVia.OTHER  # what kind of object it waits on (WakeLink.via)
+    # on memory of its own process alone (a futex with FUTEX_PRIVATE_FLAG): no other process
+    # could ever have ended it, not even one that has exited since
+    private: bool = False
 
 
 @dataclass

@@ -100,8 +100,9 @@ def openmp_after_fork(seen: Inputs, params: NoParams) -> list[Match]:
 @detector("dead-worker", fields=("pid", "name", "status", "t", "parent", "wait"))
 def dead_worker(seen: Inputs, params: NoParams) -> list[Match]:
     """A child that died (a signal, a non-zero exit) while its parent waits in a read, a
-    poll or a waitpid. Not a worker of a Python process pool whose caller waits for its
-    results: that is pool-lost-worker's finding."""
+    poll or a waitpid, on something the child could have ended (not a private futex: the
+    wake graph's `private`). Not a worker of a Python process pool whose caller waits for
+    its results: that is pool-lost-worker's finding."""
     s = seen.samples
     procs = processes(s)
     out: list[Match] = []
@@ -119,8 +120,14 @@ def dead_worker(seen: Inputs, params: NoParams) -> list[Match]:
         parent = procs.get(e.ppid)
         if parent is None or pool_caller(s, parent.pid) is not None:
             continue
+        # a wait on its own process's memory alone (a private futex: a lock, a condition)
+        # is one the child could never have ended, alive or dead: the parent waits on
+        # something else (a deadlock of its own threads, say), not on the dead child
+        own = {(w.pid, w.tid) for w in s.waits if w.pid == parent.pid and w.private}
         waiting = [
-            st for st in stacks_of(s, parent.pid) if any(waits(f.function) for f in st.frames[:6])
+            st
+            for st in stacks_of(s, parent.pid)
+            if (st.pid, st.tid) not in own and any(waits(f.function) for f in st.frames[:6])
         ]
         if not waiting:
             continue
