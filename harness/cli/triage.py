@@ -108,7 +108,8 @@ def _steps(text: str) -> frozenset[StepName]:
 
 def command(args: argparse.Namespace) -> int:
     args.variant = "stock"
-    run = options.run_options(args)
+    # hazards on by default: a triage that cannot reproduce still says (and bisects) them
+    run = options.run_options(args, hazards_default=True)
     opts = TriageOptions(
         run=run,
         budget_s=args.budget,

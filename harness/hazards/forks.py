@@ -209,6 +209,7 @@ def _one(ctx: Context, f: _Fork) -> bool:
             pid=f.pid,
             location=place.function,
             locations=list(dict.fromkeys(names)),
+            trigger=child_sites[0].function if child_sites else place.function,
             stack=stack[:FRAMES_SHOWN],
             python_stack=py_stack[:FRAMES_SHOWN],
             threads=threads,

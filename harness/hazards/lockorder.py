@@ -29,7 +29,7 @@ MAX_STEPS = 200_000  # edges walked per process: a large graph is searched this 
 
 CONSEQUENCE = (
     "two threads taking these locks at the same time, each in its own order, deadlock: each "
-    "holds one and waits for the other (this run's timing did not make them meet)"
+    "holds one and waits for the other; in a run that passes, the timing did not make them meet"
 )
 
 
@@ -94,6 +94,7 @@ def _add_cycle(ctx: Context, pid: int, cycle: list[_Step], names: dict[Hashable,
             consequence=CONSEQUENCE,
             pid=pid,
             location=first.taken_site.function,
+            trigger=first.taken_site.function,
             locations=list(dict.fromkeys(x for x in locations if x)),
             cycle=orders,
             sites=sites,

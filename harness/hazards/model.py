@@ -62,6 +62,9 @@ class Hazard:
     consequence: str  # what it would do, on which runtime or host
     pid: int
     location: str = ""  # the function it is reported at
+    # the function whose call makes it a hazard: a fork's child entering the runtime (or
+    # taking the lock), a cycle's first order; what triage's History bisects for
+    trigger: str = ""
     # every name `--expect hazard:KIND:LOCATION` matches: the place, and for a fork the
     # child's entry into the runtime; for a lock-order cycle the call sites of every order
     locations: list[str] = field(default_factory=list)

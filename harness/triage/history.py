@@ -71,14 +71,23 @@ def _run(
         step.reason = f"no git source: pin {pin.name} is a {pin.source.kind} source"
         return
     found = sought.reproduce(result)
-    if found and not (result.reproduced or found.get("failures") or found.get("first_failure")):
+    hazard = sought.hazard_sought(found)
+    if (
+        found
+        and not (result.reproduced or found.get("failures") or found.get("first_failure"))
+        and hazard is None
+    ):
         step.status = StepStatus.SKIPPED
         step.reason = "the failure did not reproduce here: no first bad commit to look for"
         return
     expect, where, repeat = sought.expectation(found)
+    run = sought.run_options(opts, found, progress)
+    if hazard is not None:  # nothing failed here: the commit that brought the hazard in
+        expect, where, repeat = "hazard", None, 1
+        run = run.but(hazards=True, expect_hazard=hazard)
     folder = result.directory / "steps" / "history"
     bopts = BisectOptions(
-        run=sought.run_options(opts, found, progress).but(report_dir=folder),
+        run=run.but(report_dir=folder),
         expect=expect,
         location=where,
         repeat=repeat,

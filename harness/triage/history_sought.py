@@ -13,10 +13,12 @@ from harness.config.hostprofile import load_host
 from harness.config.pin import UNVERIFIED, Pin
 from harness.errors import HarnessError
 from harness.execute.conditions import HostConditions
+from harness.hazards.expect import HazardExpect
 from harness.pipeline.options import RunOptions
 from harness.report.live import LiveProgress
 from harness.source.gitrepo import HISTORY_TIMEOUT_S, git_result, head_commit, resolve
 from harness.triage.model import StepName, StepStatus, TriageOptions, TriageResult
+from harness.vocab import HazardKind
 
 PRIOR_COMMIT_S = 30.0  # one commit's test (build + run) before any was timed here
 # the Reproduce step's verdict kind → what makes a commit bad (bisect's --expect)
@@ -43,6 +45,19 @@ def expectation(found: dict[str, Any]) -> tuple[str, str | None, Repeat]:
     fails, runs = found.get("failures"), found.get("ran", found.get("runs"))
     flaky = isinstance(fails, int) and isinstance(runs, int) and 0 < fails < runs
     return expect, where if isinstance(where, str) and where else None, AUTO if flaky else 1
+
+
+def hazard_sought(found: dict[str, Any]) -> HazardExpect | None:
+    """Where nothing failed but the runs recorded hazards: the one most runs saw, at the
+    function that makes it one (a fork's child entering the runtime), as --expect hazard:…"""
+    hazards = found.get("hazards")
+    if found.get("failures") or not isinstance(hazards, list) or not hazards:
+        return None
+    first = hazards[0]
+    try:
+        return HazardExpect(HazardKind(str(first.get("kind"))), str(first.get("trigger")) or None)
+    except (ValueError, AttributeError):
+        return None
 
 
 def prior_s(result: TriageResult) -> float:

@@ -223,6 +223,8 @@ def _not_applicable(ctx: steps.Context, name: StepName) -> str | None:
     if repro.status is not StepStatus.DONE:
         return f"Reproduce did not run ({repro.status}: {repro.reason})"
     if not repro.result.get("first_failure"):
+        if name is StepName.HISTORY and repro.result.get("hazards"):
+            return None  # the hazards the runs saw are bisected instead (docs/hazards.md)
         return "nothing reproduced here: " + str(repro.result.get("summary", ""))
     if name is StepName.KNOBS:
         top = ctx.result.step(StepName.EXPLAIN).result.get("causes") or []

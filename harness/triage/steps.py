@@ -33,6 +33,7 @@ from harness.pipeline.repeat import (
 )
 from harness.pipeline.sweep import Knob
 from harness.report.live import LiveProgress
+from harness.report.load import load_report
 from harness.report.matrix import write_matrix
 from harness.report.repeat import combine, failure_rate, groups, repeat_matrix
 from harness.report.runs import RunRow
@@ -190,6 +191,29 @@ def _no_time(ctx: Context) -> str:
     return f"{max(0.0, ctx.left()):.0f} s left"
 
 
+def hazards_seen(rows: Sequence[RunRow]) -> list[dict[str, Any]]:
+    """The hazards the runs recorded (--hazards), once each, most often seen first: what a
+    triage that cannot reproduce the failure still has to say (and bisects)."""
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        try:
+            found = load_report(Path(row.report_dir)).hazards if row.report_dir else None
+        except HarnessError:  # a damaged or missing report: its hazards are unknown
+            continue
+        for h in found.hazards if found is not None else []:
+            key = (h.kind.value, h.where)
+            if key not in seen:
+                seen[key] = {
+                    "kind": h.kind.value,
+                    "where": h.where,
+                    "trigger": h.trigger or h.location,
+                    "summary": h.line(),
+                    "runs": 0,
+                }
+            seen[key]["runs"] += 1
+    return sorted(seen.values(), key=lambda h: -int(h["runs"]))
+
+
 def _reproduce_result(
     ctx: Context, rows: list[RunRow], out: Path, host: str | None, tried: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -213,6 +237,7 @@ def _reproduce_result(
         "folder": ctx.rel(out),
         "first_failure": ctx.rel(found[0].first_run) if found else None,
         "tried_hosts": tried,
+        "hazards": hazards_seen(rows) if ctx.opts.run.hazards else [],
         # what the budget reads on --resume (one run's whole time, the builds' state)
         "run_s": round(ctx.costs.run_s, 2),
         "build_s": round(ctx.costs.build_s, 2),
@@ -225,7 +250,9 @@ def _reproduce_headline(r: dict[str, Any]) -> str:
     why = f" ({r['cause']})" if r.get("cause") else ""
     host = f" under --host {r['host']}" if r.get("host") else ""
     if not r.get("first_failure"):
-        return f"not reproduced{host}: {r['summary']}"
+        hazards = r.get("hazards") or []
+        seen = f"; hazards seen: {len(hazards)}: {hazards[0]['summary']}" if hazards else ""
+        return f"not reproduced{host}: {r['summary']}{seen}"
     failed = round(r["failure_rate"] * ran_of(r))
     return f"{r['kind']} {failed}/{ran_of(r)}{where}{why}{host}"
 

@@ -569,21 +569,27 @@ static void new_edge(void *from, unsigned gfrom, void *from_site, void *to, unsi
     end_line(&l);
 }
 
-static void push_held(pthread_mutex_t *m, void *site, int ordered) {
+/* the edges held -> m, before m is asked for (lockdep's order): a run that deadlocks on m
+ * has them too */
+static void order_edges(pthread_mutex_t *m, void *site) {
     struct thread_rec *t = self();
     int n = atomic_load_explicit(&t->nheld, memory_order_relaxed);
-    if (ordered) {
-        in_shim = 1;
-        unsigned gm = gen_of(m);
-        pid_t tid = atomic_load(&t->tid);
-        for (int i = 0; i < n && i < MAX_HELD; i++) {
-            void *h = t->held[i].lock;
-            if (h == m) continue; /* a recursive mutex taken again */
-            unsigned gh = gen_of(h);
-            if (add_edge(h, gh, m, gm, tid)) new_edge(h, gh, t->held[i].site, m, gm, site);
-        }
-        in_shim = 0;
+    if (n == 0) return;
+    in_shim = 1;
+    unsigned gm = gen_of(m);
+    pid_t tid = atomic_load(&t->tid);
+    for (int i = 0; i < n && i < MAX_HELD; i++) {
+        void *h = t->held[i].lock;
+        if (h == m) continue; /* a recursive mutex taken again */
+        unsigned gh = gen_of(h);
+        if (add_edge(h, gh, m, gm, tid)) new_edge(h, gh, t->held[i].site, m, gm, site);
     }
+    in_shim = 0;
+}
+
+static void push_held(pthread_mutex_t *m, void *site) {
+    struct thread_rec *t = self();
+    int n = atomic_load_explicit(&t->nheld, memory_order_relaxed);
     if (n < MAX_HELD) {
         t->held[n].lock = m;
         t->held[n].site = site;
@@ -612,21 +618,22 @@ static void *pop_held(pthread_mutex_t *m) {
 int pthread_mutex_lock(pthread_mutex_t *m) {
     void *site = __builtin_return_address(0);
     if (forked_child) child_took(m, site);
+    if (!in_shim) order_edges(m, site);
     int rc = get_pthread_mutex_lock()(m);
-    if (rc == 0 && !in_shim) push_held(m, site, 1);
+    if (rc == 0 && !in_shim) push_held(m, site);
     return rc;
 }
 
 int pthread_mutex_trylock(pthread_mutex_t *m) {
     int rc = get_pthread_mutex_trylock()(m);
     /* held, but no edge into it: a try cannot wait, so it cannot close a cycle (as lockdep) */
-    if (rc == 0 && !in_shim) push_held(m, __builtin_return_address(0), 0);
+    if (rc == 0 && !in_shim) push_held(m, __builtin_return_address(0));
     return rc;
 }
 
 int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t) {
     int rc = get_pthread_mutex_timedlock()(m, t);
-    if (rc == 0 && !in_shim) push_held(m, __builtin_return_address(0), 0);
+    if (rc == 0 && !in_shim) push_held(m, __builtin_return_address(0));
     return rc;
 }
 
@@ -652,14 +659,14 @@ int pthread_mutex_destroy(pthread_mutex_t *m) {
 int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m) {
     void *site = in_shim ? NULL : pop_held(m);
     int rc = get_pthread_cond_wait()(c, m);
-    if (site) push_held(m, site, 0);
+    if (site) push_held(m, site);
     return rc;
 }
 
 int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *t) {
     void *site = in_shim ? NULL : pop_held(m);
     int rc = get_pthread_cond_timedwait()(c, m, t);
-    if (site) push_held(m, site, 0);
+    if (site) push_held(m, site);
     return rc;
 }
 
@@ -667,7 +674,7 @@ int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t cloc
                            const struct timespec *t) {
     void *site = in_shim ? NULL : pop_held(m);
     int rc = get_pthread_cond_clockwait()(c, m, clock, t);
-    if (site) push_held(m, site, 0);
+    if (site) push_held(m, site);
     return rc;
 }
 

@@ -213,7 +213,10 @@ def _install() -> None:  # one closure over the hook's state, on purpose
             }
         )
 
-    def took(lock: object, ordered: bool) -> None:
+    def taking(lock: object, ordered: bool) -> list[object]:
+        """Before a lock is asked for: the edges from every lock this thread holds (before
+        the wait, lockdep's order: a run that deadlocks on it has them too); its site."""
+        where: list[object] = ["?", 0, "?"]
         try:
             me = get_ident()
             held = holding.get(me)
@@ -246,6 +249,13 @@ def _install() -> None:  # one closure over the hook's state, on purpose
                             "stack": frames_of(getframe(2)),
                         }
                     )
+        except Exception:
+            pass
+        return where
+
+    def took(lock: object, where: list[object]) -> None:
+        try:
+            held = holding.setdefault(get_ident(), [])
             if len(held) < _MAX_HELD:
                 held.append((lock, where))
         except Exception:
@@ -274,10 +284,11 @@ def _install() -> None:  # one closure over the hook's state, on purpose
         def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
             if fork_held:
                 child_waits(self)
+            # a try (non-blocking or timed) cannot wait for ever: held, no edge
+            where = taking(self, bool(blocking) and timeout < 0)
             ok = self._lock.acquire(blocking, timeout)  # type: ignore[attr-defined]
             if ok:
-                # a try (non-blocking or timed) cannot wait for ever: held, no edge
-                took(self, bool(blocking) and timeout < 0)
+                took(self, where)
             return bool(ok)
 
         def release(self) -> None:
@@ -309,7 +320,7 @@ def _install() -> None:  # one closure over the hook's state, on purpose
 
         def _acquire_restore(self, saved: object) -> None:
             self._lock._acquire_restore(saved)  # type: ignore[attr-defined]
-            took(self, False)
+            took(self, taking(self, False))
 
         def _is_owned(self) -> bool:
             return bool(self._lock._is_owned())  # type: ignore[attr-defined]
