@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness.execute import housekeeping as hk
-from harness.execute.quiescence import HOUSEKEEPING, X86_64
+from harness.execute.quiescence import HOUSEKEEPING, X86_64, tree_waits
 from harness.execute.treefacts import FactReader
 from harness.execute.watchloop import WatchLoop
 from harness.sampling.model import (
@@ -30,7 +30,7 @@ from harness.sampling.model import (
     ThreadSample,
     ThreadStack,
 )
-from harness.vocab import StackToolName
+from harness.vocab import StackToolName, WaitKind
 from tests.harness_cli import HarnessResult, harness, tree_is_gone
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
@@ -522,3 +522,38 @@ def test_the_watch_loop_withdraws_an_excused_thread_whose_stack_is_the_programs(
         root.kill()
         root.wait()
     loop.close()
+
+
+# ---------------------------------------------------------------- between two wake-ups
+
+
+def _poller(state: str, nr: str, cpu: float) -> ThreadSample:
+    args = [0x7FFD, 0, 0, 0, 0, 0] if nr.isdigit() else []
+    return ThreadSample(11, "poller", state, "", nr, cpu, syscall_args=args)
+
+
+def _look(t: float, state: str, cpu: float) -> hk.Look:
+    """pid 10's poller at time t: asleep in clock_nanosleep (230), or runnable."""
+    nr = "230" if state == "S" else "running"
+    proc = ProcessSample(10, 1, "py", "/py", ["py"], "sleeping", False, [_poller(state, nr, cpu)])
+    snap = Snapshot(t=t, processes=[proc])
+    [(_, w)] = [(tw, w) for tw, w in tree_waits(snap, X86_64)]
+    return hk.Look(snap, {(10, 11): w})
+
+
+def test_a_timed_loop_caught_runnable_is_still_asleep_on_its_timer() -> None:
+    """A lock-file poller that wakes every 50 ms is often runnable at the one look a stall
+    verdict reads on a loaded machine: its wait is the sleep it was last seen in (the
+    report's waits and the wake chain), so the program is idle, not deadlocked (a flake of
+    the corpus's wg-stale-lockfile-poll)."""
+    key = (10, 11)
+    slept = [_look(0.0, "S", 1.00), _look(0.25, "S", 1.00), _look(0.5, "R", 1.01)]
+    found = hk.between_wakeups(slept, key)
+    assert found is not None and found.kind is WaitKind.TIMED and found.idle
+    # it spins: CPU for most of the time since it slept
+    assert hk.between_wakeups([_look(0.0, "S", 1.0), _look(1.0, "R", 1.5)], key) is None
+    # it slept, but long ago: whatever it does now, it is not between two wake-ups
+    assert hk.between_wakeups([_look(0.0, "S", 1.0), _look(3.0, "R", 1.0)], key) is None
+    # never seen asleep, or not runnable at the last look
+    assert hk.between_wakeups([_look(0.0, "R", 1.0), _look(0.25, "R", 1.0)], key) is None
+    assert hk.between_wakeups([_look(0.0, "S", 1.0), _look(0.25, "S", 1.0)], key) is None

@@ -88,10 +88,13 @@ def test_corpus_case(case: Case, tmp_path: Path) -> None:
     if want.frame:
         frames = verdict["location_frames"] or [""]
         assert re.search(want.frame, frames[0]), frames
-    assert first_cause(verdict) == want.cause, [c["sentence"] for c in verdict["causes"]]
+    # "a|b": either reading, where what the watch could see decides (cases.toml says why)
+    wanted = want.cause.split("|")
+    got_cause = first_cause(verdict)
+    assert got_cause in wanted, [c["sentence"] for c in verdict["causes"]]
     # one cause per finding: no second rule claims the same hang (one per process, say)
     # (a hang no cause names has none: its explanation is the wake chain)
-    assert [c["id"] for c in verdict["causes"]] == ([want.cause] if want.cause else [])
+    assert [c["id"] for c in verdict["causes"]] == ([got_cause] if want.cause else [])
     if want.chain:
         assert re.search(want.chain, verdict["wake_chain"]), verdict["wake_chain"]
     if want.trigger == Trigger.CLOSED:

@@ -198,3 +198,37 @@ def library_frames(key: tuple[int, int], stacks: Sequence[ThreadStack]) -> str:
     mine.sort(key=lambda s: not s.python)
     shown = " <- ".join(_site(f) for f in mine[0].frames[:3]) if mine else "?"
     return f"its stack at the dump shows only runtime and library code ({shown})"
+
+
+# A thread caught between two wake-ups of a timed loop: runnable at the last look (on a
+# loaded machine a thread that wakes every 50 ms is often seen waiting for a CPU), asleep on
+# a timer of its own at a look at most this long before, and with CPU under BETWEEN_SHARE of
+# the time since: its wait is that sleep, not "running"
+BETWEEN_S = 2.0
+BETWEEN_SHARE = 0.1
+
+
+def between_wakeups(looks: Sequence[Look], key: tuple[int, int]) -> Wait | None:
+    """The timed wait `key` was last seen asleep in, when at the last look it is runnable
+    between two wake-ups of a loop; None when it is not (it spins, or it never slept on a
+    timer of its own lately)."""
+    if not looks:
+        return None
+    last = looks[-1]
+    now = _threads(last.snap).get(key)
+    if now is None or last.waits.get(key) is None:
+        return None
+    if last.waits[key].kind is not WaitKind.RUNNING:
+        return None
+    for look in reversed(looks[:-1]):
+        span = last.snap.t - look.snap.t
+        if span > BETWEEN_S:
+            return None
+        w = look.waits.get(key)
+        th = _threads(look.snap).get(key)
+        if w is None or th is None:
+            return None
+        if w.kind in (WaitKind.TIMED, WaitKind.HOUSEKEEPING) and w.idle:
+            used = now.cpu_time - th.cpu_time
+            return w if used <= max(BETWEEN_SHARE * span, CPU_TICK) else None
+    return None

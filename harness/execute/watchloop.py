@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from harness.execute import wakegraph
 from harness.execute.closedwatch import ClosedWatch, by_key, settled
-from harness.execute.housekeeping import Look, library_frames, stack_check
+from harness.execute.housekeeping import Look, between_wakeups, library_frames, stack_check
 from harness.execute.quiescence import (
     HOUSEKEEPING,
     Calls,
@@ -53,6 +53,7 @@ from harness.sampling.model import (
     WakeChain,
     WatchInfo,
 )
+from harness.vocab import WaitKind
 
 __all__ = ["MAX_EVENTS", "WATCH_INTERVAL_S", "WatchLoop", "describe_status"]
 
@@ -267,6 +268,10 @@ class WatchLoop:
         if snap is None or self.table is None:
             return None
         waits = by_key(self._waits)
+        looks = list(self._looks)
+        for key, w in list(waits.items()):
+            if w.kind is WaitKind.RUNNING:  # a timed loop between two wake-ups ends timed
+                waits[key] = between_wakeups(looks, key) or w
         closed = self._closed.members or wakegraph.closed_set(snap, waits)
         start = wakegraph.start_of(snap, waits, self.root, closed)
         if start is None:
@@ -298,7 +303,7 @@ class WatchLoop:
         """Put the timeline, the events and what each thread waits on into a sample set."""
         samples.timeline = self.timeline()
         samples.events = list(self.events)
-        samples.waits = [tw for tw, _ in self._waits]
+        samples.waits = [self._slept(tw) for tw, _ in self._waits]
         for tw in samples.waits:
             if tw.kind == HOUSEKEEPING:  # the evidence says which threads were excused
                 self.notes.append(f"pid {tw.pid} tid {tw.tid} not counted: {tw.what}")
@@ -311,6 +316,15 @@ class WatchLoop:
         )
         samples.wake = self.wake_chain()
         samples.notes.extend(n for n in self.notes if n not in samples.notes)
+
+    def _slept(self, tw: ThreadWait) -> ThreadWait:
+        """A thread runnable at the last look between two wake-ups of its timed loop: the
+        report says the sleep it was last seen in (housekeeping.between_wakeups)."""
+        w = between_wakeups(list(self._looks), (tw.pid, tw.tid))
+        if w is None:
+            return tw
+        what = f"{w.what} (runnable at the last look, between two wake-ups)"
+        return replace(tw, kind=w.kind, what=what, on=w.on, idle=True, via=w.via)
 
     def timeline(self) -> list[TimelinePoint]:
         recent = [p for _, p in self.recent]
