@@ -64,6 +64,19 @@ def harness_json(args: list[str], env: dict[str, str], timeout: float = 900) -> 
     return data
 
 
+def trained_sps(rep: dict[str, Any]) -> float | None:
+    """Steps per second over the whole training: the trainer's end-of-run record where it
+    writes one (exact steps over its own uptime: the replica), else the dashboard's mean
+    (agent_steps over the uptime it shows, in whole seconds: PufferLib 3.0.0)."""
+    progress = rep.get("progress") or {}
+    final = progress.get("final_metrics") or {}
+    steps, uptime = final.get("agent_steps"), final.get("uptime")
+    if isinstance(steps, int | float) and isinstance(uptime, int | float) and uptime > 0:
+        return float(steps) / float(uptime)
+    sps = progress.get("measured_sps")
+    return float(sps) if isinstance(sps, int | float) else None
+
+
 def sps_pair(
     label: str, base: list[str], env: dict[str, str], repeat: int, work: Path
 ) -> dict[str, Any]:
@@ -76,7 +89,7 @@ def sps_pair(
             rep = harness_json(
                 [*base, *flags, "--report-dir", str(work / f"{label}-{mode}-{i}")], env
             )
-            sps = (rep.get("progress") or {}).get("measured_sps")
+            sps = trained_sps(rep)
             kind = (rep.get("verdict") or {}).get("kind")
             if sps is None:
                 raise SystemExit(f"{label} {mode}: no SPS ({kind})")

@@ -8,7 +8,9 @@ hazard, exit 9), bad input as one line."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,16 +18,22 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis.classify import Verdict
 from harness.bisect.model import BAD, GOOD, SKIP
 from harness.bisect.steps import classify_run
 from harness.cli import main as cli_main
 from harness.errors import HarnessError
 from harness.hazards.expect import parse_expect
 from harness.hazards.findings import find_hazards
-from harness.hazards.model import HazardReport
+from harness.hazards.model import Hazard, HazardReport, Site, ThreadAtFork
 from harness.hazards.records import read_records
 from harness.hazards.shim import Recorders, hazard_env, recorders
 from harness.outcome import USAGE, Kind
+from harness.report import github
+from harness.report.html import render_html
+from harness.report.load import report_from_json
+from harness.report.markdown import render_report
+from harness.report.model import Report
 from harness.vocab import HazardKind
 from tests.facts import require_tool
 from tests.harness_cli import harness
@@ -225,3 +233,43 @@ def test_the_replica_built_with_clang_passes_with_its_fork_hazard_the_fixed_one_
     assert fixed.code == 0, fixed.stderr
     assert fixed.report["hazards"]["hazards"] == []
     assert fixed.report["hazards"]["safe_forks"] == 1  # the fork is there, its child harmless
+
+
+def test_hazards_in_every_format_escaped_and_read_back(tmp_path: Path) -> None:
+    """A hazard whose words are hostile (a function named like markup, a thread name with a
+    pipe) renders as text in report.md and report.html, reaches the GitHub summary and an
+    annotation, and report.json reads back typed."""
+    hostile = "evil<script>|`x`"
+    hz = Hazard(
+        kind=HazardKind.FORK_WITH_THREADS,
+        where=f"{hostile} (a.c:3)",
+        summary=f"fork() with 1 other thread alive at {hostile} (a.c:3)",
+        consequence="the child hangs; more",
+        pid=7,
+        location=hostile,
+        locations=[hostile, "a.c:3", "a.c"],
+        stack=[Site(hostile, "a.c", 3, "prog")],
+        threads=[ThreadAtFork(8, "pool|1", "worker", "", [], ["lock_a at w (a.c:9)"])],
+        expected=True,
+    )
+    report = Report("r1", tmp_path, ["harness"], "watch")
+    report.verdict = Verdict(Kind.PASS, "exited 0")
+    report.hazards = HazardReport([hz], processes=1, forks=1, expect="hazard:fork-with-threads")
+    md = render_report(report)
+    assert "## Hazards" in md and "evil\\<script>" in md  # as text (in headings: a code span)
+    bare = [ln for ln in md.splitlines() if re.search(r"(?<!\\)<script>", ln) and "``" not in ln]
+    assert bare == []
+    assert "pool\\|1" in md  # a pipe would end the table's row
+    page = render_html(report)
+    assert "evil&lt;script&gt;" in page and "<script>|" not in page
+    summary = github.summary_markdown(report)
+    assert "| hazards | 1 hazard: fork() with 1 other thread alive at evil\\<script>" in summary
+    [note] = [c for c in github.workflow_commands(report) if c.startswith("::warning")]
+    assert "hazard fork-with-threads" in note
+    data = json.loads(json.dumps(report.to_json()))
+    back = report_from_json(data, tmp_path)
+    assert back.hazards == report.hazards  # typed: HazardKind, Site, ThreadAtFork
+    data["hazards"]["hazards"][0]["kind"] = "fork-with-spoons"
+    with pytest.raises(HarnessError) as info:
+        report_from_json(data, tmp_path)
+    assert "hazards.hazards[0].kind" in info.value.message

@@ -263,11 +263,14 @@ def _install() -> None:  # one closure over the hook's state, on purpose
 
     def released(lock: object) -> None:
         try:
-            held = holding.get(get_ident()) or []
+            me = get_ident()
+            held = holding.get(me) or []
             for i in range(len(held) - 1, -1, -1):
                 if held[i][0] is lock:
                     del held[i]
-                    return
+                    break
+            if not held:  # bounded: a thread that holds nothing has no entry
+                holding.pop(me, None)
         except Exception:
             pass
 
@@ -305,6 +308,7 @@ def _install() -> None:  # one closure over the hook's state, on purpose
 
         def _at_fork_reinit(self) -> None:
             self._lock._at_fork_reinit()  # type: ignore[attr-defined]
+            released(self)  # made anew, unlocked: no longer held by anyone
 
         def __repr__(self) -> str:
             return f"<tracked {self._lock!r}>"
