@@ -151,8 +151,9 @@ def overhead(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     env = {**os.environ, "HARNESS_CACHE_DIR": str(work / "cache")}
     out: dict[str, Any] = {}
     replica = ["run", "breakout", "--variant", REPLICA_VARIANT, "--steps", str(args.replica_steps)]
-    harness_json([*replica, "--report-dir", str(work / "warm")], env)  # the build, once
-    out["replica"] = sps_pair("replica", replica, env, args.repeat, work)
+    if not args.skip_replica:
+        harness_json([*replica, "--report-dir", str(work / "warm")], env)  # the build, once
+        out["replica"] = sps_pair("replica", replica, env, args.repeat, work)
     if not args.skip_p3:
         p3_env = dict(os.environ)  # the user's cache: PufferLib is built once (minutes)
         p3 = ["run", "breakout", *P3, *P3_SMALL, "--steps", str(args.p3_steps)]
@@ -307,6 +308,7 @@ def main() -> None:
     o.add_argument("--p3-steps", type=int, default=1_000_000)
     o.add_argument("--rounds", type=int, default=2_000_000)
     o.add_argument("--skip-p3", action="store_true")
+    o.add_argument("--skip-replica", action="store_true")
     lo = sub.add_parser("lockorder")
     lo.add_argument("--passes", type=int, default=10)
     b = sub.add_parser("bisect")
