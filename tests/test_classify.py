@@ -53,6 +53,24 @@ def test_deadlock_in_env_start_ignores_the_waiting_supervisor() -> None:
     assert v.exit_code == 2
 
 
+def test_the_hazards_shims_wrapper_is_not_shown_as_the_programs_place() -> None:
+    """Under --hazards a mutex wait passes through the shim's pthread_mutex_lock: a real
+    frame, but the frames line names the program's call into libc, not the harness's."""
+    shim = Frame("pthread_mutex_lock", "/c/libpuffer-hazards.so", "hazards.c", 622)
+    shim.runtime = "harness-shim"
+    stack = [
+        Frame("__futex_abstimed_wait_common", "libc.so.6"),
+        Frame("___pthread_mutex_lock", "libc.so.6"),
+        shim,
+        Frame("update_model", "mixer", "mixer.c", 30, own=True),
+        Frame("main", "mixer", "mixer.c", 50, own=True),
+    ]
+    v = classify.classify_hang(_samples([(10, 10, "S", 0.0, stack)]), "no progress", SIGS)
+    assert v.location == "update_model"
+    assert v.location_frames and not any("hazards.c" in f for f in v.location_frames)
+    assert any("pthread_mutex_lock" in f for f in v.location_frames), v.location_frames
+
+
 def test_spin_names_the_busy_thread() -> None:
     busy = [
         Frame("spin_forever", "busy", "busy_spin.c", 9, own=True),

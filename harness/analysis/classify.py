@@ -20,6 +20,7 @@ from harness.execute.watchdog import Trigger
 from harness.outcome import Kind
 from harness.process.signals import signal_name
 from harness.sampling.model import Frame, SampleSet, ThreadStack, WakeChain
+from harness.sampling.runtimes import SHIM_RUNTIME
 from harness.source.blame import HangBlame
 from harness.vocab import Mechanism, WaitKind, WakeEnd
 
@@ -217,7 +218,7 @@ def classify_hang(samples: SampleSet | None, reason: str, sigs: Signatures) -> V
         assert view.stack is not None
         inner = view.stack.frames[: loc.own_index + 1]
         location = loc.name
-        frames = [_frame_text(f) for f in reversed(inner)]
+        frames = [_frame_text(f) for f in reversed(inner) if f.runtime != SHIM_RUNTIME]
         runtime = _runtime_names(inner[:-1], sigs)
         if "futex" in view.wchan and "futex wait" not in runtime:
             # unsymbolized runtime frames: the kernel's wait channel still says what it waits on

@@ -47,6 +47,9 @@ RUNTIMES = (
     "harness-shim",  # the harness's own --hazards shim (libpuffer-hazards.so), never own code
 )
 OPENMP_RUNTIMES = frozenset({"libgomp", "libomp", "libiomp5"})
+# the --hazards shim's wrappers sit between the program and libc (pthread_mutex_lock, fork):
+# true frames, but neither the program's nor what it waits in, so never shown as its place
+SHIM_RUNTIME = "harness-shim"
 
 READ_BUDGET = 4 << 20  # bytes read per file at most (libtorch_cpu: 0.4 MiB, glibc 0.4 MiB)
 MAX_FILES = 512  # (process, module) pairs resolved per call of label_stacks
