@@ -317,3 +317,7 @@ def test_a_thread_that_died_is_read_from_the_output() -> None:
     assert diagnose.thread_died(["Exception in thread: nothing", "ok"]) == ""
     cut = ["Exception in thread tile 1 rendered", "tile 2 rendered", "enqueuer:", *tail[1:]]
     assert diagnose.thread_died(cut) == "enqueuer: ValueError: bad row 7"  # lines cut in
+    # another thread's line first, then excepthook's "Exception in thread " alone (its
+    # trailing space stripped): the name comes lines later (wg-dead-worker-queue, loaded)
+    split = ["tile 1 renderedException in thread ", "enqueuer:", tail[1], "tile 2 rendered"]
+    assert diagnose.thread_died([*split, *tail[2:]]) == "enqueuer: ValueError: bad row 7"

@@ -70,7 +70,9 @@ def diagnose(
         _blame(report, pin, checkout, commit)
 
 
-_THREAD_DIED = re.compile(r"Exception in thread (.{0,120})$")
+# the name may be gone from the line: another thread's write came between excepthook's
+# "Exception in thread " and the name, and the line's trailing space is stripped
+_THREAD_DIED = re.compile(r"Exception in thread(?: (.{0,120}))?$")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*)$")
 _TRACEBACK = "Traceback (most recent call last):"
 
@@ -87,7 +89,7 @@ def thread_died(tail: Sequence[str]) -> str:
         if m is None:
             continue
         after = lines[i + 1 : i + 60]
-        name = m.group(1)
+        name = m.group(1) or ""
         if not name.endswith(":"):
             at = next((k for k, x in enumerate(after) if x.endswith(_TRACEBACK)), -1)
             name = after[at - 1] if at > 0 and after[at - 1].endswith(":") else "a thread:"
