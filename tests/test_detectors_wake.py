@@ -201,9 +201,10 @@ def test_a_dead_waker_nobody_and_a_polling_loop() -> None:
     assert read(dead) == ["dead-waker"]
     timed = WakeChain([], WakeEnd.TIMED, "nanosleep: it wakes by itself", 10, 10)
     assert read(timed, Mechanism.IDLE) == []  # a sleeper: nothing says it polls
-    polled = dataclasses.replace(
-        timed, end_what=f"{timed.end_what}; polls /tmp/x.lock (openat → EEXIST) 19 times"
-    )
+    # the words alone are no trace: only what attrigger.trace_polling found counts
+    said = dataclasses.replace(timed, end_what=f"{timed.end_what}; a loop that polls")
+    assert read(said, Mechanism.IDLE) == []
+    polled = dataclasses.replace(timed, polled="polls /tmp/x.lock (openat → EEXIST) 19 times")
     assert read(polled, Mechanism.IDLE) == ["polling-loop"]
 
 
@@ -263,3 +264,21 @@ def test_the_detector_matches_once_per_chain() -> None:
     assert len(found) == 1 and found[0].fields["waiter"] == "pid 10 tid 10 (main)"
     more = WakeParams(ends=(WakeEnd.NOBODY,), processes=2)
     assert run(DETECTORS["wake-chain"], more, samples_with(wake), []) == []
+
+
+def test_a_deadlock_inside_a_departed_process_is_not_what_it_holds() -> None:
+    """The chain starts in the process that left the tree (its own threads deadlock; the
+    run's root only sleeps): that process is what hangs, nothing of the run waits on what
+    it holds, so the mutex cycle is the reading, not held-by-departed."""
+    note = "started by the run, no longer in its tree (an orphan or a daemon)"
+    cycle = WakeChain(
+        [
+            WakeLink(20, 20, "d", "futex wait", wakers=[20], note=note, via=WaitVia.MUTEX),
+            WakeLink(20, 21, "d", "futex wait", wakers=[20], note=note, via=WaitVia.MUTEX),
+        ],
+        WakeEnd.CYCLE,
+        "back",
+        20,
+        20,
+    )
+    assert read(cycle) == ["mutex-cycle"]

@@ -532,9 +532,10 @@ def _poller(state: str, nr: str, cpu: float) -> ThreadSample:
     return ThreadSample(11, "poller", state, "", nr, cpu, syscall_args=args)
 
 
-def _look(t: float, state: str, cpu: float) -> hk.Look:
-    """pid 10's poller at time t: asleep in clock_nanosleep (230), or runnable."""
-    nr = "230" if state == "S" else "running"
+def _look(t: float, state: str, cpu: float, nr: str = "230") -> hk.Look:
+    """pid 10's poller at time t: asleep in clock_nanosleep (230; or the syscall `nr`, a
+    read (0) of fd 0), or runnable ("R")."""
+    nr = nr if state == "S" else "running"
     proc = ProcessSample(10, 1, "py", "/py", ["py"], "sleeping", False, [_poller(state, nr, cpu)])
     snap = Snapshot(t=t, processes=[proc])
     [(_, w)] = [(tw, w) for tw, w in tree_waits(snap, X86_64)]
@@ -547,13 +548,17 @@ def test_a_timed_loop_caught_runnable_is_still_asleep_on_its_timer() -> None:
     report's waits and the wake chain), so the program is idle, not deadlocked (a flake of
     the corpus's wg-stale-lockfile-poll)."""
     key = (10, 11)
-    slept = [_look(0.0, "S", 1.00), _look(0.25, "S", 1.00), _look(0.5, "R", 1.01)]
-    found = hk.between_wakeups(slept, key)
+    slept = [_look(0.0, "S", 1.00), _look(0.25, "R", 1.00), _look(0.5, "R", 1.01)]
+    found = hk.between_wakeups(slept).get(key)
     assert found is not None and found.kind is WaitKind.TIMED and found.idle
     # it spins: CPU for most of the time since it slept
-    assert hk.between_wakeups([_look(0.0, "S", 1.0), _look(1.0, "R", 1.5)], key) is None
+    assert hk.between_wakeups([_look(0.0, "S", 1.0), _look(1.0, "R", 1.5)]) == {}
     # it slept, but long ago: whatever it does now, it is not between two wake-ups
-    assert hk.between_wakeups([_look(0.0, "S", 1.0), _look(3.0, "R", 1.0)], key) is None
+    assert hk.between_wakeups([_look(0.0, "S", 1.0), _look(3.0, "R", 1.0)]) == {}
     # never seen asleep, or not runnable at the last look
-    assert hk.between_wakeups([_look(0.0, "R", 1.0), _look(0.25, "R", 1.0)], key) is None
-    assert hk.between_wakeups([_look(0.0, "S", 1.0), _look(0.25, "S", 1.0)], key) is None
+    assert hk.between_wakeups([_look(0.0, "R", 1.0), _look(0.25, "R", 1.0)]) == {}
+    assert hk.between_wakeups([_look(0.0, "S", 1.0), _look(0.25, "S", 1.0)]) == {}
+    # woken by something else since its sleep (a read of a pipe, say): not a timed loop
+    woken = [_look(0.0, "S", 1.0), _look(0.25, "S", 1.0, nr="0"), _look(0.5, "R", 1.0)]
+    assert woken[1].waits[key].kind is not WaitKind.TIMED
+    assert hk.between_wakeups(woken) == {}

@@ -33,6 +33,11 @@ def test_strace_lines_are_read_into_calls_and_paths(tmp_path: Path) -> None:
     sleeps = polltrace.parse(no_path, 1.0).words()
     assert "getpid ×2" in sleeps and "2 timed sleep" in sleeps
     assert polltrace.parse("", 1.0).words() == "made no syscall in 1.0s of tracing"
+    # a loop that checks something polls; a thread that only sleeps does not
+    assert found.polls() and polltrace.parse(no_path, 1.0).polls()
+    only_sleeps = "clock_nanosleep(CLOCK_MONOTONIC, 0, {}, NULL) = 0\n" * 3
+    assert not polltrace.parse(only_sleeps, 1.0).polls()
+    assert not polltrace.parse("", 1.0).polls()
 
 
 POLLER = """

@@ -22,8 +22,13 @@ def trace_polling(samples: SampleSet) -> None:
     t0 = time.monotonic()
     found = polltrace.trace(wake.end_tid)
     samples.timings["polltrace"] = time.monotonic() - t0
-    told = found.words() if isinstance(found, polltrace.PollTrace) else f"not traced: {found}"
-    wake.end_what += f"; {told}"
+    if isinstance(found, polltrace.PollTrace):
+        told = found.words()
+        wake.end_what += f"; {told}"
+        if found.polls():  # a loop that checks something; a bare sleeper polls nothing
+            wake.polled = told
+    else:
+        wake.end_what += f"; not traced: {found}"
 
 
 def confirm(watch: WatchLoop, fired: Trigger, samples: SampleSet | None) -> str | None:

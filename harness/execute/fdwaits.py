@@ -265,7 +265,7 @@ def poll_wait(name: str, args: Sequence[int], pid: int, tid: int, facts: TreeFac
     kind = WaitKind.TIMED if timed else WaitKind.TREE
     wakers = tuple(sorted(peers))
     # one kind of fd (the sockets of an event loop, a Popen's pipes): the wait is that kind
-    via = vias.pop() if len(vias) == 1 else WaitVia.POLL
+    via = vias.pop() if len(vias) == 1 else WaitVia.POLL if vias else WaitVia.OTHER
     return Wait(
         kind, what, on=on, peers=wakers, idle=timed, wakers=wakers, resolved=not timed, via=via
     )

@@ -208,27 +208,31 @@ BETWEEN_S = 2.0
 BETWEEN_SHARE = 0.1
 
 
-def between_wakeups(looks: Sequence[Look], key: tuple[int, int]) -> Wait | None:
-    """The timed wait `key` was last seen asleep in, when at the last look it is runnable
-    between two wake-ups of a loop; None when it is not (it spins, or it never slept on a
-    timer of its own lately)."""
+def between_wakeups(looks: Sequence[Look]) -> dict[tuple[int, int], Wait]:
+    """Each thread runnable at the last look between two wake-ups of a timed loop, with the
+    timed wait it was last seen asleep in: the looks before the last, newest first, up to
+    BETWEEN_S back, must show it only runnable until it shows that sleep (any other wait in
+    between, a pipe read, a lock, says it was woken by something else), and its CPU since
+    must stay under BETWEEN_SHARE of the time."""
     if not looks:
-        return None
+        return {}
     last = looks[-1]
-    now = _threads(last.snap).get(key)
-    if now is None or last.waits.get(key) is None:
-        return None
-    if last.waits[key].kind is not WaitKind.RUNNING:
-        return None
-    for look in reversed(looks[:-1]):
-        span = last.snap.t - look.snap.t
-        if span > BETWEEN_S:
-            return None
-        w = look.waits.get(key)
-        th = _threads(look.snap).get(key)
-        if w is None or th is None:
-            return None
-        if w.kind in (WaitKind.TIMED, WaitKind.HOUSEKEEPING) and w.idle:
-            used = now.cpu_time - th.cpu_time
-            return w if used <= max(BETWEEN_SHARE * span, CPU_TICK) else None
-    return None
+    now = _threads(last.snap)
+    running = [k for k, w in last.waits.items() if w.kind is WaitKind.RUNNING and k in now]
+    if not running:
+        return {}
+    earlier = [(look, _threads(look.snap)) for look in reversed(looks[:-1])]
+    found: dict[tuple[int, int], Wait] = {}
+    for key in running:
+        for look, threads in earlier:
+            span = last.snap.t - look.snap.t
+            w, th = look.waits.get(key), threads.get(key)
+            if span > BETWEEN_S or w is None or th is None:
+                break
+            if w.kind is WaitKind.RUNNING:
+                continue
+            asleep = w.kind in (WaitKind.TIMED, WaitKind.HOUSEKEEPING) and w.idle
+            if asleep and now[key].cpu_time - th.cpu_time <= max(BETWEEN_SHARE * span, CPU_TICK):
+                found[key] = w
+            break
+    return found

@@ -53,7 +53,6 @@ from harness.sampling.model import (
     WakeChain,
     WatchInfo,
 )
-from harness.vocab import WaitKind
 
 __all__ = ["MAX_EVENTS", "WATCH_INTERVAL_S", "WatchLoop", "describe_status"]
 
@@ -267,11 +266,8 @@ class WatchLoop:
         snap = self._judged
         if snap is None or self.table is None:
             return None
-        waits = by_key(self._waits)
-        looks = list(self._looks)
-        for key, w in list(waits.items()):
-            if w.kind is WaitKind.RUNNING:  # a timed loop between two wake-ups ends timed
-                waits[key] = between_wakeups(looks, key) or w
+        # a timed loop caught between two wake-ups is asleep on its timer: the chain ends timed
+        waits = {**by_key(self._waits), **self._between_wakeups()}
         closed = self._closed.members or wakegraph.closed_set(snap, waits)
         start = wakegraph.start_of(snap, waits, self.root, closed)
         if start is None:
@@ -303,7 +299,8 @@ class WatchLoop:
         """Put the timeline, the events and what each thread waits on into a sample set."""
         samples.timeline = self.timeline()
         samples.events = list(self.events)
-        samples.waits = [self._slept(tw) for tw, _ in self._waits]
+        slept = self._between_wakeups()
+        samples.waits = [_asleep(tw, slept.get((tw.pid, tw.tid))) for tw, _ in self._waits]
         for tw in samples.waits:
             if tw.kind == HOUSEKEEPING:  # the evidence says which threads were excused
                 self.notes.append(f"pid {tw.pid} tid {tw.tid} not counted: {tw.what}")
@@ -317,14 +314,15 @@ class WatchLoop:
         samples.wake = self.wake_chain()
         samples.notes.extend(n for n in self.notes if n not in samples.notes)
 
-    def _slept(self, tw: ThreadWait) -> ThreadWait:
-        """A thread runnable at the last look between two wake-ups of its timed loop: the
-        report says the sleep it was last seen in (housekeeping.between_wakeups)."""
-        w = between_wakeups(list(self._looks), (tw.pid, tw.tid))
-        if w is None:
-            return tw
-        what = f"{w.what} (runnable at the last look, between two wake-ups)"
-        return replace(tw, kind=w.kind, what=what, on=w.on, idle=True, via=w.via)
+    def _between_wakeups(self) -> dict[tuple[int, int], Wait]:
+        """The threads runnable at the reported look between two wake-ups of their timed
+        loops, with the sleep each was last seen in (housekeeping.between_wakeups). The
+        reported look is the last judged one, which a closed set's confirmation reads
+        afresh without keeping it among the looks."""
+        if self._judged is None:
+            return {}
+        looks = [look for look in self._looks if look.snap.t < self._judged.t]
+        return between_wakeups([*looks, Look(self._judged, by_key(self._waits))])
 
     def timeline(self) -> list[TimelinePoint]:
         recent = [p for _, p in self.recent]
@@ -422,3 +420,12 @@ class WatchLoop:
         if len(self.history) > TIMELINE_POINTS:
             self.history = self.history[::2]
             self._spacing *= 2
+
+
+def _asleep(tw: ThreadWait, w: Wait | None) -> ThreadWait:
+    """The report's wait of a thread runnable between two wake-ups: the sleep it was last
+    seen in (`w`), said to be so; unchanged when it is not such a thread."""
+    if w is None:
+        return tw
+    what = f"{w.what} (runnable at the last look, between two wake-ups)"
+    return replace(tw, kind=w.kind, what=what, on=w.on, idle=True, via=w.via)

@@ -158,6 +158,9 @@ class WakeChain:
     end_tid: int | None = None
     # the closed set (a trigger `closed`, or found at another trigger): [pid, tid] pairs
     closed: list[list[int]] = field(default_factory=list)
+    # an end at a polling loop whose syscalls were traced: what it polls, in words
+    # (sampling/polltrace.py); "" when not traced
+    polled: str = ""
 
     def text(self) -> str:
         """`pid 1 tid 1 (python) waits on … held by pid 2 → … → ends: nobody: …`."""

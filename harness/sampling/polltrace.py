@@ -39,6 +39,11 @@ class PollTrace:
     calls: Counter[str] = field(default_factory=Counter)
     paths: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (path, call, err)
 
+    def polls(self) -> bool:
+        """It does something between its sleeps (tries a path, makes other calls): a loop
+        that checks, not a thread that only sleeps."""
+        return bool(self.paths) or any(c not in _SLEEPS for c in self.calls)
+
     def words(self, now: float | None = None) -> str:
         if not self.calls:
             return f"made no syscall in {self.seconds:.1f}s of tracing"

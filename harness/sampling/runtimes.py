@@ -44,12 +44,12 @@ RUNTIMES = (
     "nccl",
     "torch",  # libtorch*, libc10* (gloo and c10d are compiled into libtorch_cpu)
     "gloo",  # a standalone libgloo
-    "harness-shim",  # the harness's own --hazards shim (libpuffer-hazards.so), never own code
+    "harness-shim",  # SHIM_RUNTIME: the harness's own --hazards shim, never own code
 )
 OPENMP_RUNTIMES = frozenset({"libgomp", "libomp", "libiomp5"})
 # the --hazards shim's wrappers sit between the program and libc (pthread_mutex_lock, fork):
 # true frames, but neither the program's nor what it waits in, so never shown as its place
-SHIM_RUNTIME = "harness-shim"
+SHIM_RUNTIME = RUNTIMES[-1]
 
 READ_BUDGET = 4 << 20  # bytes read per file at most (libtorch_cpu: 0.4 MiB, glibc 0.4 MiB)
 MAX_FILES = 512  # (process, module) pairs resolved per call of label_stacks
@@ -107,7 +107,7 @@ def classify(soname: str, exports: Iterable[str]) -> Identity:
     stem = soname_stem(soname)
     said = f" (SONAME {soname})" if soname else ""
     if "puffer_harness_hazards_shim" in have:
-        return Identity("harness-shim", soname, f"exports puffer_harness_hazards_shim{said}")
+        return Identity(SHIM_RUNTIME, soname, f"exports puffer_harness_hazards_shim{said}")
     if "__kmpc_fork_call" in have and "kmp_set_blocktime" in have:
         # libomp and libiomp5 both export the GOMP_ entry points too: checked first
         name = "libiomp5" if stem.startswith("libiomp") else "libomp"

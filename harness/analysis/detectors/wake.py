@@ -33,7 +33,6 @@ _PLURAL = {
     WaitVia.POLL: "polled fds",
     WaitVia.OTHER: "other waits",
 }
-_POLLED = "polls "  # sampling/polltrace.py's words for what a polling loop polls
 
 
 @dataclass(frozen=True)
@@ -68,8 +67,17 @@ def _pids(wake: WakeChain, links: Sequence[WakeLink]) -> list[int]:
 
 
 def _plural(vias: Sequence[WaitVia]) -> str:
-    words = [_PLURAL[v] for v in dict.fromkeys(vias)]
+    words = [_PLURAL.get(v, v.value) for v in dict.fromkeys(vias)]
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def departed_at(wake: WakeChain) -> int | None:
+    """The first link in a process that left the run's tree whose thread is waited on by a
+    link of a process still in it: what the run waits on is held there. None when no such
+    link (none left the tree, or the chain starts in the departed process: then that
+    process is what hangs, not what holds)."""
+    links = wake.links
+    return next((i for i in range(1, len(links)) if links[i].note and not links[i - 1].note), None)
 
 
 def _step(k: WakeLink) -> str:
@@ -86,9 +94,9 @@ def _holds(wake: WakeChain, params: WakeParams, links: Sequence[WakeLink]) -> bo
         return False
     if len(_pids(wake, links)) < params.processes:
         return False
-    if params.departed and not any(k.note for k in wake.links):
+    if params.departed and departed_at(wake) is None:
         return False
-    return not params.polled or _POLLED in wake.end_what
+    return not params.polled or bool(wake.polled)
 
 
 @detector(
@@ -121,7 +129,7 @@ def wake_chain(seen: Inputs, params: WakeParams) -> list[Match]:
     if not _holds(wake, params, links):
         return []
     first = wake.links[0] if wake.links else None
-    at = next((i for i, k in enumerate(wake.links) if k.note), None)
+    at = departed_at(wake)
     gone = wake.links[at] if at is not None else None
     # the thread that waits on what the departed process holds (the link before it)
     blocked = wake.links[at - 1] if at else first
