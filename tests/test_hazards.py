@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -55,6 +56,32 @@ def recorded(rec: Recorders, folder: Path, *argv: str) -> HazardReport:
     env = {**os.environ, **hazard_env(rec, folder, os.environ)}
     done = subprocess.run(argv, env=env, capture_output=True, timeout=RUN_TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr.decode()
+    return find_hazards(folder)
+
+
+# LLVM's libomp re-initializes after fork, so a child that enters it passes. Twice in about
+# ten runs of the whole suite beside two busy loops, such a child still hung, every thread
+# in libomp's condition waits; never in 600 runs of the program without the suite's load,
+# with the shim or without, nor in 80 runs of the clang replica: the cause is not known
+# (docs/hazards.md, "Known issues"). The tests of libomp's fork then read the records the
+# hung run left: the hazard is recorded at the fork and the child's entry, before it hangs
+LIBOMP_CHILD_S = 20.0
+
+
+def recorded_libomp(rec: Recorders, folder: Path, *argv: str) -> HazardReport:
+    """`recorded`, for a program whose child enters libomp after a fork: a rare hang of
+    that child is killed after LIBOMP_CHILD_S and its records are read all the same."""
+    folder.mkdir()
+    env = {**os.environ, **hazard_env(rec, folder, os.environ)}
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        _, err = proc.communicate(timeout=LIBOMP_CHILD_S)
+        assert proc.returncode == 0, err.decode()
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=10)
     return find_hazards(folder)
 
 
@@ -111,7 +138,7 @@ def test_fork_after_an_openmp_team_whose_child_enters_libomp(
         check=False,
     )
     assert built.returncode == 0, f"clang -fopenmp (libomp-dev) failed: {built.stderr}"
-    found = recorded(shim, tmp_path / "region", str(binary), "region")
+    found = recorded_libomp(shim, tmp_path / "region", str(binary), "region")
     [h] = found.hazards
     assert h.kind is HazardKind.FORK_AFTER_OPENMP and h.runtime == "libomp"
     fork_line = line_of("omp_fork_child.c", "pid_t pid = fork();")
@@ -217,11 +244,9 @@ def test_the_replica_built_with_clang_passes_with_its_fork_hazard_the_fixed_one_
         "run", "breakout", "--variant", "env:CC=clang+env:REPLICA_FIX=guards", "--hazards",
         report_root=tmp_path / "clang", env=cache_env, timeout=300,
     )  # fmt: skip
-    # LLVM's libomp re-initializes after fork, so this build passes. Once, under the whole
-    # suite beside two busy loops, its child still hung in libomp's own condition waits
-    # (every thread in pthread_cond_wait under __kmpc_fork_call); 0 of 80 runs beside two
-    # busy loops hung, with --hazards or without: a rare race of the runtime, not of the
-    # shim. Such a run is a hang told as the same fork, and it must carry the same hazard
+    # LLVM's libomp re-initializes after fork, so this build passes; a rare hang of its child
+    # (LIBOMP_CHILD_S's comment, docs/hazards.md "Known issues") is a hang told as the same
+    # fork, and it must carry the same hazard
     if res.code == outcome.exit_code(Kind.HANG):
         causes = [c["id"] for c in res.report["verdict"]["causes"]]
         assert causes == ["openmp-after-fork"], res.report["verdict"]["summary"]
