@@ -260,14 +260,15 @@ class WatchLoop:
             return None
         return why
 
-    def wake_chain(self) -> WakeChain | None:
+    def wake_chain(self, slept: dict[tuple[int, int], Wait] | None = None) -> WakeChain | None:
         """The chain from the thread the user sees waiting to its end, over the last look's
-        waits (execute/wakegraph.py); None before any look."""
+        waits (execute/wakegraph.py); None before any look. `slept`: the threads caught
+        between two wake-ups (`_between_wakeups`), when the caller has them already."""
         snap = self._judged
         if snap is None or self.table is None:
             return None
         # a timed loop caught between two wake-ups is asleep on its timer: the chain ends timed
-        waits = {**by_key(self._waits), **self._between_wakeups()}
+        waits = {**by_key(self._waits), **(self._between_wakeups() if slept is None else slept)}
         closed = self._closed.members or wakegraph.closed_set(snap, waits)
         start = wakegraph.start_of(snap, waits, self.root, closed)
         if start is None:
@@ -311,7 +312,7 @@ class WatchLoop:
             cpu_s=round(self.cpu_s, 3),
             events_dropped=self.events_dropped,
         )
-        samples.wake = self.wake_chain()
+        samples.wake = self.wake_chain(slept)
         samples.notes.extend(n for n in self.notes if n not in samples.notes)
 
     def _between_wakeups(self) -> dict[tuple[int, int], Wait]:

@@ -50,6 +50,7 @@ OPENMP_RUNTIMES = frozenset({"libgomp", "libomp", "libiomp5"})
 # the --hazards shim's wrappers sit between the program and libc (pthread_mutex_lock, fork):
 # true frames, but neither the program's nor what it waits in, so never shown as its place
 SHIM_RUNTIME = RUNTIMES[-1]
+SHIM_EXPORT = "puffer_harness_hazards_shim"  # the symbol the shim exports (hazards.c) to be known
 
 READ_BUDGET = 4 << 20  # bytes read per file at most (libtorch_cpu: 0.4 MiB, glibc 0.4 MiB)
 MAX_FILES = 512  # (process, module) pairs resolved per call of label_stacks
@@ -57,7 +58,7 @@ CACHE_SIZE = 4096
 
 # The symbols whose definition identifies a runtime, looked up by exact name.
 PROBES = (
-    "puffer_harness_hazards_shim",  # checked first: the shim exports GOMP_parallel too
+    SHIM_EXPORT,  # checked first: the shim exports GOMP_parallel too
     "__kmpc_fork_call",
     "kmp_set_blocktime",
     "GOMP_parallel",
@@ -106,8 +107,8 @@ def classify(soname: str, exports: Iterable[str]) -> Identity:
     have = set(exports)
     stem = soname_stem(soname)
     said = f" (SONAME {soname})" if soname else ""
-    if "puffer_harness_hazards_shim" in have:
-        return Identity(SHIM_RUNTIME, soname, f"exports puffer_harness_hazards_shim{said}")
+    if SHIM_EXPORT in have:
+        return Identity(SHIM_RUNTIME, soname, f"exports {SHIM_EXPORT}{said}")
     if "__kmpc_fork_call" in have and "kmp_set_blocktime" in have:
         # libomp and libiomp5 both export the GOMP_ entry points too: checked first
         name = "libiomp5" if stem.startswith("libiomp") else "libomp"

@@ -132,7 +132,7 @@ def wake_chain(seen: Inputs, params: WakeParams) -> list[Match]:
     at = departed_at(wake)
     gone = wake.links[at] if at is not None else None
     # the thread that waits on what the departed process holds (the link before it)
-    blocked = wake.links[at - 1] if at else first
+    blocked = wake.links[at - 1] if at is not None else first
     pids = _pids(wake, links)
     end_pid = "" if wake.end_pid is None else str(wake.end_pid)
     end_tid = "" if wake.end_tid is None else str(wake.end_tid)
