@@ -159,3 +159,29 @@ def test_report_json_lists_the_files_of_the_folder_not_a_write_in_progress(
         ["output.log", "report.md", "junit.xml", "report.html"]
     )
     assert data["artifacts"]["output.log"] == "output.log"
+
+
+def test_the_summary_shows_the_wake_chain_once(tmp_path: Path) -> None:
+    """The chain has its own row; the verdict's evidence line that names it too (for
+    report.md) is not shown again in the box, cut at 200 characters."""
+    import io
+
+    from harness.analysis.classify import Verdict
+    from harness.outcome import Kind
+    from harness.report.console import print_summary
+    from harness.sampling.model import WAKE_EVIDENCE
+
+    chain = "pid 10 tid 10 (puffer) wait4 for child 11 → ends: nobody: no live thread"
+    r = Report("20260101-000000-breakout-abcd", tmp_path, ["harness", "run", "breakout"], "run")
+    r.trigger = "closed"
+    r.verdict = Verdict(
+        Kind.HANG,
+        summary="hang (deadlock) in env_start",
+        evidence=["a closed set", f"{WAKE_EVIDENCE}{chain}", "pid 10 waits on the tree"],
+        wake_chain=chain,
+    )
+    out = io.StringIO()
+    print_summary(r, out)
+    text = out.getvalue()
+    assert "chain" in text and "a closed set" in text and "pid 10 waits on the tree" in text
+    assert WAKE_EVIDENCE not in text and text.count("wait4 for child 11") == 1

@@ -19,7 +19,7 @@ from harness.config.signatures import Signatures
 from harness.execute.watchdog import Trigger
 from harness.outcome import Kind
 from harness.process.signals import signal_name
-from harness.sampling.model import Frame, SampleSet, ThreadStack, WakeChain
+from harness.sampling.model import WAKE_EVIDENCE, Frame, SampleSet, ThreadStack, WakeChain
 from harness.sampling.runtimes import SHIM_RUNTIME
 from harness.source.blame import HangBlame
 from harness.vocab import Mechanism, WaitKind, WakeEnd
@@ -300,7 +300,7 @@ def classify_closed(samples: SampleSet | None, reason: str, sigs: Signatures) ->
     wake = samples.wake
     assert wake is not None
     verdict = _at_chain_end(inside, wake, reason, sigs) or classify_quiescent(inside, reason, sigs)
-    verdict.evidence.insert(1, f"wake chain: {wake.text()}")
+    verdict.evidence.insert(1, f"{WAKE_EVIDENCE}{wake.text()}")
     return verdict
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from harness import outcome
 from harness.outcome import Kind
 from harness.report.model import Report
+from harness.sampling.model import WAKE_EVIDENCE
 from harness.source.blame import HangBlame
 from harness.text import terminal_safe
 from harness.vocab import CheckStatus
@@ -208,7 +209,9 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
         if len(failed) > 6:
             table.add_row("", f"... {len(failed) - 6} more in report.md")
     elif v is not None:
-        for line in v.evidence[: 3 if v.causes else 6]:  # a cause says the rest
+        # the chain has its own row: its evidence line would show it again, cut
+        told = [e for e in v.evidence if not (v.wake_chain and e.startswith(WAKE_EVIDENCE))]
+        for line in told[: 3 if v.causes else 6]:  # a cause says the rest
             safe = terminal_safe(line)
             table.add_row("", escape(safe if len(safe) < 200 else safe[:197] + "..."))
     console.print(Panel(table, title=shown(f"harness {r.mode}: {r.title}"), expand=False))

@@ -146,6 +146,10 @@ class WakeLink:
     via: WaitVia = WaitVia.OTHER
 
 
+# how a verdict's evidence names the chain (the summary shows it on its own `chain` row)
+WAKE_EVIDENCE = "wake chain: "
+
+
 @dataclass
 class WakeChain:
     """The chain from the thread the user sees waiting to where it ends (the wake graph,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.analysis.detectors.registry import Inputs, Match, detector, match
-from harness.sampling.model import WakeChain, WakeLink
+from harness.sampling.model import WAKE_EVIDENCE, WakeChain, WakeLink
 from harness.vocab import WaitVia, WakeEnd
 
 # how a kind of wait reads in a sentence, plural ("over sockets and pipes")
@@ -137,7 +137,7 @@ def wake_chain(seen: Inputs, params: WakeParams) -> list[Match]:
     end_pid = "" if wake.end_pid is None else str(wake.end_pid)
     end_tid = "" if wake.end_tid is None else str(wake.end_tid)
     waiter = f"pid {first.pid} tid {first.tid} ({first.name})" if first else f"pid {end_pid}"
-    evidence = [f"wake chain: {wake.text()}"]
+    evidence = [f"{WAKE_EVIDENCE}{wake.text()}"]
     if gone is not None:
         evidence.append(f"pid {gone.pid} ({gone.name}): {gone.note}")
     return [
