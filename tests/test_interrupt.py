@@ -165,13 +165,14 @@ def test_sigint_at_any_moment_exits_130_with_a_report_or_a_line(
     assert SIGINT_CODE in outcomes or any(isinstance(o, str) for o in outcomes), seen
 
 
-def test_sigint_during_the_build_finishes_the_report(
-    tmp_path: Path, cache_env: dict[str, str]
-) -> None:
-    """A real build of the replica (a fresh cache), interrupted once report.json says the
-    build stage has begun."""
+def test_sigint_during_the_build_finishes_the_report(tmp_path: Path) -> None:
+    """A real build of the replica, interrupted once report.json says the build stage has
+    begun. The cache is the test's own and empty: with the session's shared cache another
+    test may have built the replica already, and a cached build ends before a look at
+    report.json can see its stage (CI once saw the run reach its verdict instead)."""
     root = tmp_path / "reports"
-    proc = start(["run", "breakout", "--report-dir", str(root), "--quiet"], cache_env)
+    cache = {"HARNESS_CACHE_DIR": str(tmp_path / "cache")}
+    proc = start(["run", "breakout", "--report-dir", str(root), "--quiet"], cache)
     deadline = time.monotonic() + 60
     while stage_of(root) != "build":
         assert proc.poll() is None, f"the harness ended before its build: {ended(proc)}"
