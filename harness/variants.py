@@ -69,7 +69,7 @@ def parse_variant(spec: str, pin: Pin, _depth: int = 0, _alias: str = "") -> lis
             steps += parse_variant(pin.variants[part], pin, _depth + 1, _alias or part)
         elif part == "stock":
             continue
-        elif part == "omp-free":
+        elif part == VariantKind.OMP_FREE:
             steps.append(Step(VariantKind.OMP_FREE, "omp-free", _alias))
         elif part.startswith("omp-free:"):
             name = part.split(":", 1)[1]

@@ -10,9 +10,47 @@ A new member is a new word in the documented schema: add it here, and the docs t
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TypeVar
+from typing import Final, TypeVar
 
 E = TypeVar("E", bound=StrEnum)
+
+
+# the word of an option that lets the harness choose (--native auto, --repeat auto, a
+# bisect's --runs auto): one spelling everywhere
+AUTO: Final = "auto"
+
+
+class RunMode(StrEnum):
+    """Which command made a report (report.json mode)."""
+
+    RUN = "run"  # `harness run`
+    WATCH = "watch"  # `harness watch`
+    ATTACH = "attach"  # `harness attach PID`
+    PYTEST = "pytest"  # a hung test seen by the pytest plugin's watcher (`pytest --hang-watch`)
+
+
+class RunStatus(StrEnum):
+    """Where a report stands (report.json status)."""
+
+    RUNNING = "running"  # the harness is at it
+    COMPLETE = "complete"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+    # the harness died without finishing the report: found out by whoever opens it later
+    # (report.store.load_status)
+    ABANDONED = "abandoned"
+
+
+class Stage(StrEnum):
+    """The stages a run passes, in order; report.json is rewritten at each."""
+
+    START = "start"
+    PIN = "pin"
+    PREPARE = "prepare"
+    BUILD = "build"
+    RUN = "run"
+    CHECK = "check"
+    DONE = "done"
 
 
 class Mechanism(StrEnum):
@@ -130,6 +168,33 @@ class WaitVia(StrEnum):
     OTHER = "other"  # a sleep, a signal, anything not named above
 
 
+class BisectClass(StrEnum):
+    """What one tested commit is, for `git bisect` (bisect/model.py)."""
+
+    GOOD = "good"
+    BAD = "bad"
+    SKIP = "skip"
+
+
+class TriageStep(StrEnum):
+    """A triage's steps, in the order of the story (run order may differ: docs/triage.md)."""
+
+    REPRODUCE = "reproduce"
+    EXPLAIN = "explain"
+    KNOBS = "knobs"
+    FIXES = "fixes"
+    HISTORY = "history"
+
+
+class StepStatus(StrEnum):
+    """Where a triage step stands."""
+
+    PENDING = "pending"  # not reached yet (an interrupted triage, before --resume)
+    DONE = "done"
+    SKIPPED = "skipped"  # did not fit the budget, or does not apply (no git source): `reason`
+    FAILED = "failed"  # could not be done (a build failed, a tool is missing): `reason`
+
+
 class EventKind(StrEnum):
     """A process of the tree seen for the first time, or seen gone."""
 
@@ -149,6 +214,25 @@ class CheckStatus(StrEnum):
     PASS = "pass"
     FAIL = "fail"
     SKIP = "skip"
+
+
+class CheckKind(StrEnum):
+    """A scenario check's kind ([[checks]] kind: docs/scenario-schema.md, "Check kinds")."""
+
+    REQUIRED = "required"
+    RANGE = "range"
+    FINITE = "finite"
+    CONFIG = "config"
+    STEPS_REACHED = "steps_reached"
+
+
+class TableKind(StrEnum):
+    """A multi-run command's table: names its files (compare.json, sweep.md …)."""
+
+    COMPARE = "compare"
+    SWEEP = "sweep"
+    REPEAT = "repeat"
+    BISECT = "bisect"
 
 
 class DoctorStatus(StrEnum):

@@ -19,7 +19,7 @@ from harness.cli import main as cli_main
 from harness.errors import HarnessError
 from harness.outcome import BISECT_ABORT, USAGE, Kind
 from harness.pipeline.options import RunOptions
-from harness.vocab import BisectRole
+from harness.vocab import BisectClass, BisectRole
 from tests.gitrepo import ROOT, SUBJECTS, History, git, make_history, plan_with, write_scenario
 
 # a build cache of the module's own (its histories build many commits; tests/conftest.py)
@@ -152,7 +152,7 @@ def test_unrelated_failure_is_skipped(tmp_path_factory: pytest.TempPathFactory) 
     r = bis.bisect(options(h, tmp_path_factory.mktemp("reports")))
     assert r.status == "found"
     assert r.first_bad is not None and r.first_bad.commit.sha == h.first_bad
-    skipped = [s for s in r.search_steps if s.classification == bis.SKIP]
+    skipped = [s for s in r.search_steps if s.classification == BisectClass.SKIP]
     assert skipped, "the search should have probed the crashing commits"
     assert {s.decisive.kind for s in skipped} == {"error-exit"}
     assert {s.commit.subject for s in skipped} <= {
@@ -185,7 +185,7 @@ def test_broken_builds_around_the_change_give_a_range(
     assert [c.sha for c in r.possible] == h.commits[6:10]
     assert "compact everything" in [c.subject for c in r.possible]
     assert "could be any of" in r.message()
-    skipped = [s for s in r.search_steps if s.classification == bis.SKIP]
+    skipped = [s for s in r.search_steps if s.classification == BisectClass.SKIP]
     assert skipped and all(s.decisive.kind == "build-failed" for s in skipped)
     assert len(r.search_steps) <= r.step_bound
     data = json.loads((r.directory / "report.json").read_text())
@@ -253,18 +253,18 @@ def test_good_end_that_fails(main_history: History, tmp_path: Path) -> None:
 
 def test_classification_rules() -> None:
     c = bis.classify_run
-    assert c(Kind.PASS, None, "hang", "env_start") == bis.GOOD
-    assert c(Kind.HANG, "env_start", "hang", "env_start") == bis.BAD
-    assert c(Kind.HANG, "vec_thread_main", "hang", "env_start") == bis.SKIP
-    assert c(Kind.HANG, None, "hang", None) == bis.BAD
-    assert c(Kind.ERROR_EXIT, None, "hang", None) == bis.SKIP
-    assert c(Kind.ERROR_EXIT, None, "crash", None) == bis.BAD
-    assert c(Kind.BUILD_FAILED, None, "any-failure", None) == bis.SKIP
-    assert c(Kind.CHECK_FAILED, None, "any-failure", None) == bis.BAD
-    assert bis.combine([bis.GOOD, bis.BAD]) == bis.BAD
-    assert bis.combine([bis.GOOD] * 3) == bis.GOOD
-    assert bis.combine([bis.GOOD, bis.SKIP]) == bis.SKIP
-    assert bis.combine([]) == bis.SKIP
+    assert c(Kind.PASS, None, "hang", "env_start") == BisectClass.GOOD
+    assert c(Kind.HANG, "env_start", "hang", "env_start") == BisectClass.BAD
+    assert c(Kind.HANG, "vec_thread_main", "hang", "env_start") == BisectClass.SKIP
+    assert c(Kind.HANG, None, "hang", None) == BisectClass.BAD
+    assert c(Kind.ERROR_EXIT, None, "hang", None) == BisectClass.SKIP
+    assert c(Kind.ERROR_EXIT, None, "crash", None) == BisectClass.BAD
+    assert c(Kind.BUILD_FAILED, None, "any-failure", None) == BisectClass.SKIP
+    assert c(Kind.CHECK_FAILED, None, "any-failure", None) == BisectClass.BAD
+    assert bis.combine([BisectClass.GOOD, BisectClass.BAD]) == BisectClass.BAD
+    assert bis.combine([BisectClass.GOOD] * 3) == BisectClass.GOOD
+    assert bis.combine([BisectClass.GOOD, BisectClass.SKIP]) == BisectClass.SKIP
+    assert bis.combine([]) == BisectClass.SKIP
 
 
 # ---------------------------------------------------------------- git bisect run

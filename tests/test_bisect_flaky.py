@@ -17,14 +17,7 @@ from typing import Any, cast
 import pytest
 
 from harness import bisect as bis
-from harness.bisect.model import (
-    AUTO,
-    BisectResult,
-    Setup,
-    StepRecord,
-    joint_confidence,
-    posterior_miss,
-)
+from harness.bisect.model import BisectResult, Setup, StepRecord, joint_confidence, posterior_miss
 from harness.bisect.search import Search
 from harness.bisect.steps import (
     MIN_BAD_FAILURES,
@@ -41,7 +34,7 @@ from harness.execute.runner import SampleOptions
 from harness.pipeline.options import RunOptions
 from harness.source.gitrepo import CommitInfo
 from harness.stats import Rate, clean_runs_needed, miss_chance
-from harness.vocab import BisectRole
+from harness.vocab import AUTO, BisectClass, BisectRole
 from tests.facts import missing, require_tool
 from tests.gitrepo import git
 
@@ -326,11 +319,13 @@ def test_flaky_bad_commit_is_named(
     assert first.kind == "hang" and first.mechanism == "deadlock"
     assert first.location == "audit_entries"
     # every good step ran all its N runs clean; every bad step stopped at its first hang
-    good = [s for s in r.search_steps if s.classification == bis.GOOD]
-    bad = [s for s in r.search_steps if s.classification == bis.BAD]
+    good = [s for s in r.search_steps if s.classification == BisectClass.GOOD]
+    bad = [s for s in r.search_steps if s.classification == BisectClass.BAD]
     assert good and bad
     assert all(s.counts() == {"runs": n, "good": n, "bad": 0, "skip": 0} for s in good)
-    assert all(s.classes[-1] == bis.BAD and bis.BAD not in s.classes[:-1] for s in bad)
+    assert all(
+        s.classes[-1] == BisectClass.BAD and BisectClass.BAD not in s.classes[:-1] for s in bad
+    )
     # the confidence is the product over the good steps, at the bad end's rate
     rate = r.bad_rate
     assert rate is not None and rate.failures == 1
@@ -419,7 +414,7 @@ def test_clean_target_makes_the_bad_rate_implausible_at_95() -> None:
 
 
 def test_bad_end_and_step_stopping_rules() -> None:
-    B, G, S = bis.BAD, bis.GOOD, bis.SKIP
+    B, G, S = BisectClass.BAD, BisectClass.GOOD, BisectClass.SKIP
     auto = RunPlan(AUTO, 10)
     assert not bad_end_done([B, B, B, B], auto)  # fewer than 5 runs
     assert not bad_end_done([G, G, G, G, B], auto)  # one failure
@@ -446,11 +441,13 @@ def test_bad_end_and_step_stopping_rules() -> None:
     assert unsettled.settled is False
 
 
-def simulate_step(rng: random.Random, p: float, plan: RunPlan, done: Any = step_done) -> list[str]:
+def simulate_step(
+    rng: random.Random, p: float, plan: RunPlan, done: Any = step_done
+) -> list[BisectClass]:
     """A commit that fails at rate p (0: a good commit), run under the rule."""
-    classes: list[str] = []
+    classes: list[BisectClass] = []
     while not done(classes, plan):
-        classes.append(bis.BAD if rng.random() < p else bis.GOOD)
+        classes.append(BisectClass.BAD if rng.random() < p else BisectClass.GOOD)
     return classes
 
 
@@ -466,7 +463,7 @@ def test_a_bad_commit_called_good_at_most_as_often_as_stated(p: float) -> None:
     stated = miss_chance(target, p)
     assert stated <= (plan.miss(target) or 0) <= MISS_LEVEL
     trials = 20_000
-    missed = sum(combine(simulate_step(rng, p, plan)) == bis.GOOD for _ in range(trials))
+    missed = sum(combine(simulate_step(rng, p, plan)) == BisectClass.GOOD for _ in range(trials))
     # 4.5 binomial standard deviations: a false alarm about once in 150,000 runs
     sd = (stated * (1 - stated) / trials) ** 0.5
     assert abs(missed / trials - stated) <= 4.5 * sd + 1 / trials
@@ -495,7 +492,7 @@ class _SimSearch(Search):
         classes = simulate_step(self.rng, p, plan, done)
         commit = res.good if index < 0 else res.candidates[index]
         step = StepRecord(role, index, commit, "stock", combine(classes), [], classes)
-        if step.classification == bis.GOOD and role is not BisectRole.BAD_END:
+        if step.classification == BisectClass.GOOD and role is not BisectRole.BAD_END:
             step.target, step.miss = plan.target, plan.miss(len(classes))
         res.steps.append(step)
         self.tested[index] = step
@@ -515,7 +512,7 @@ def test_simulated_bisects_find_the_commit_as_often_as_their_confidence_says() -
     for t in range(trials):
         sim = _SimSearch(16, t % 15, 0.4, opts, seed=t)
         bad_end = sim.test(15, BisectRole.BAD_END)
-        assert bad_end.classification == bis.BAD  # 0.6^30: never all clean here
+        assert bad_end.classification == BisectClass.BAD  # 0.6^30: never all clean here
         sim.test(-1, BisectRole.GOOD_END)
         sim.search()
         right += sim.answer == sim.first_bad

@@ -24,6 +24,7 @@ from harness.outcome import USAGE
 from harness.pipeline import evidence
 from harness.report.model import Report
 from harness.source import verify
+from harness.vocab import RunMode
 from tests.harness_cli import harness
 
 VECENV = """\
@@ -368,7 +369,7 @@ def test_config_files_and_evidence_stay_in_the_tree(tmp_path: Path) -> None:
     (tree / "config").mkdir(parents=True)
     (tree / "config" / "ok.ini").write_text("[train]\nx = 1\n")
     (tree / "config" / "passwd.ini").symlink_to("/etc/passwd")
-    report = Report(run_id="t", directory=tmp_path / "report", harness_argv=[], mode="run")
+    report = Report(run_id="t", directory=tmp_path / "report", harness_argv=[], mode=RunMode.RUN)
     report.directory.mkdir()
     log = tmp_path / "build.log"
     log.write_text("built\n")

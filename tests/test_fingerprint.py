@@ -26,6 +26,7 @@ from harness.errors import HarnessError
 from harness.execute.conditions import HostConditions
 from harness.report.load import load_report, report_from_json
 from harness.report.model import Report
+from harness.vocab import RunMode
 from tests.harness_cli import harness
 
 pytestmark = pytest.mark.timeout(120)
@@ -173,7 +174,7 @@ def test_compare_names_the_trainers_affinity_first() -> None:
 
 
 def test_host_and_conditions_round_trip_typed(tmp_path: Path) -> None:
-    report = Report("r", tmp_path, [], "watch")
+    report = Report("r", tmp_path, [], RunMode.WATCH)
     report.host = take_fingerprint(os.environ, [0])
     report.conditions = HostConditions(cpus=(0,), cpu_quota=0.5, env={"OMP_NUM_THREADS": "1"})
     data = json.loads(json.dumps(report.to_json()))

@@ -34,7 +34,7 @@ from harness.report.console import print_summary
 from harness.report.junit import render_junit
 from harness.report.markdown import render_report
 from harness.report.model import CommandInfo, Report
-from harness.vocab import CheckStatus, Confidence, Mechanism
+from harness.vocab import CheckStatus, Confidence, Mechanism, RunMode, RunStatus, Stage, Trigger
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples" / "lock-cycle.json"
 FOLDER = Path(tempfile.mkdtemp(prefix="fuzz-report-"))  # report files written per example
@@ -58,8 +58,8 @@ JSON = st.recursive(
 
 def base_report() -> dict[str, Any]:
     """A report.json as a hang run writes it, samples included."""
-    r = Report("20260101-000000-breakout-abcd", FOLDER, ["harness", "run", "breakout"], "run")
-    r.env, r.status, r.stage, r.trigger = "breakout", "complete", "done", "stall"
+    r = Report("20260101-000000-breakout-abcd", FOLDER, ["harness", "run", "breakout"], RunMode.RUN)
+    r.env, r.status, r.stage, r.trigger = "breakout", RunStatus.COMPLETE, Stage.DONE, Trigger.STALL
     r.command = CommandInfo(["./train", "--x=1"], "/tmp/w", {"OMP_NUM_THREADS": "1"}, steps=100)
     r.limits = Limits(wall_s=600.0, startup_s=60.0, stall_s=30.0, quiescent_s=5.0)
     r.progress.last_metrics = {"epoch": 3.0, "SPS": 1.5e6}

@@ -21,7 +21,6 @@ import pytest
 
 from harness import outcome
 from harness.analysis.classify import Verdict
-from harness.bisect.model import BAD, GOOD, SKIP
 from harness.bisect.steps import classify_run
 from harness.cli import main as cli_main
 from harness.errors import HarnessError
@@ -36,7 +35,7 @@ from harness.report.html import render_html
 from harness.report.load import report_from_json
 from harness.report.markdown import render_report
 from harness.report.model import Report
-from harness.vocab import HazardKind
+from harness.vocab import BisectClass, HazardKind, RunMode
 from tests.facts import require_tool
 from tests.harness_cli import harness
 
@@ -229,10 +228,11 @@ def test_bad_expect_is_one_line_and_bisect_reads_the_hazard(
         "(known: fork-with-threads, fork-after-openmp, lock-order)"
     )
     hazard = "fork() with an OpenMP team of 2 alive (libomp) at container_entry (puffer.c:175)"
-    assert classify_run(Kind.HAZARD, "container_entry", "hazard", None, hazard) == BAD
-    assert classify_run(Kind.HANG, "env_start", "hazard", None, hazard) == BAD  # seen there too
-    assert classify_run(Kind.PASS, None, "hazard", None, None) == GOOD
-    assert classify_run(Kind.HANG, "env_start", "hazard", None, None) == SKIP
+    assert classify_run(Kind.HAZARD, "container_entry", "hazard", None, hazard) == BisectClass.BAD
+    # seen there too
+    assert classify_run(Kind.HANG, "env_start", "hazard", None, hazard) == BisectClass.BAD
+    assert classify_run(Kind.PASS, None, "hazard", None, None) == BisectClass.GOOD
+    assert classify_run(Kind.HANG, "env_start", "hazard", None, None) == BisectClass.SKIP
 
 
 @pytest.mark.slow
@@ -287,7 +287,7 @@ def test_hazards_in_every_format_escaped_and_read_back(tmp_path: Path) -> None:
         threads=[ThreadAtFork(8, "pool|1", "worker", "", [], ["lock_a at w (a.c:9)"])],
         expected=True,
     )
-    report = Report("r1", tmp_path, ["harness"], "watch")
+    report = Report("r1", tmp_path, ["harness"], RunMode.WATCH)
     report.verdict = Verdict(Kind.PASS, "exited 0")
     report.hazards = HazardReport([hz], processes=1, forks=1, expect="hazard:fork-with-threads")
     md = render_report(report)

@@ -29,6 +29,7 @@ from harness.text import (
     terminal_safe,
     xml_safe,
 )
+from harness.vocab import RunMode, TableKind
 from tests.harness_cli import harness
 from tests.mdrender import read
 
@@ -177,7 +178,9 @@ def test_matrix_tables_escape_run_text(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     row = row_from_error(HOSTILE_TEXT, 5, {"variant": "x<b>"}, "x<b>")
-    m = matrix.Matrix("compare", "harness compare <b>t</b>", ["variant"], [row], [HOSTILE_TEXT])
+    m = matrix.Matrix(
+        TableKind.COMPARE, "harness compare <b>t</b>", ["variant"], [row], [HOSTILE_TEXT]
+    )
     out = tmp_path / "compare"
     matrix.write_matrix(m, out)
     for text in ((out / "compare.md").read_text(), summary.read_text()):
@@ -203,7 +206,7 @@ def test_summary_markdown_and_annotations_escape(tmp_path: Path) -> None:
     from harness.outcome import Kind
     from harness.report.model import Report
 
-    r = Report("id", tmp_path, [], "watch")
+    r = Report("id", tmp_path, [], RunMode.WATCH)
     r.verdict = Verdict(Kind.ERROR_EXIT, summary="boom\n::error::again <b>x</b> \x1b[2J")
     text = github.summary_markdown(r)
     assert "\x1b" not in text and "\\<b>x\\</b>" in text

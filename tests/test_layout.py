@@ -10,11 +10,12 @@ import re
 import shutil
 import subprocess
 import sys
+from enum import StrEnum
 from pathlib import Path
 
 import pytest
 
-from harness import outcome
+from harness import filenames, outcome, vocab
 
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
@@ -143,6 +144,121 @@ def test_no_module_imports_another_modules_private_names() -> None:
                 where = path.relative_to(ROOT)
                 found += [f"{where}: {name} from {node.module}" for name in private]
     assert found == []
+
+
+def vocabulary_fields(root: Path) -> dict[str, set[str]]:
+    """The fields (of dataclasses, models, protocols) typed with a closed vocabulary (a
+    StrEnum of harness/vocab.py, or outcome's verdict `Kind`), by name, with the words of
+    the vocabularies that type a field of that name."""
+    enums = {n: v for n, v in vars(vocab).items() if isinstance(v, type) and issubclass(v, StrEnum)}
+    enums["Kind"] = outcome.Kind
+    word = re.compile(r"\b(" + "|".join(sorted(enums)) + r")\b")
+    fields: dict[str, set[str]] = {}
+    for path in sorted((root / "harness").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for item in node.body:
+                if not isinstance(item, ast.AnnAssign) or not isinstance(item.target, ast.Name):
+                    continue
+                for name in word.findall(ast.unparse(item.annotation)):
+                    words = fields.setdefault(item.target.id, set())
+                    words |= {m.value for m in enums[name]}
+    return fields
+
+
+def _words(node: ast.expr) -> list[str]:
+    """The string literals of an operand: "x", or ("x", "y") / ["x"] / {"x"}."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return [
+            e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
+        ]
+    return []
+
+
+def literal_vocabulary_comparisons(root: Path) -> list[str]:
+    """Every comparison in `root`/harness of a vocabulary-typed field (`r.trigger`,
+    `c.status`, `v.kind` …) with a string literal that is one of its words (a field of that
+    name is also a psutil status, a path's name …): the member is named instead
+    (`r.trigger == Trigger.STALL`), so a renamed or removed word is a type error, not a
+    comparison that is silently never true."""
+    fields = vocabulary_fields(root)
+    found = []
+    for path in sorted((root / "harness").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            typed = [o.attr for o in operands if isinstance(o, ast.Attribute) and o.attr in fields]
+            literal = [w for o in operands for w in _words(o)]
+            if any(w in fields[t] for t in typed for w in literal):
+                where = f"{path.relative_to(root)}:{node.lineno}"
+                found.append(f"{where}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_vocabulary_field_is_compared_to_a_string_literal() -> None:
+    fields = vocabulary_fields(ROOT)
+    assert {"trigger", "status", "kind", "mechanism", "stage", "mode"} <= fields.keys()
+    assert {"stall", "complete", "fail", "hang", "deadlock", "build", "watch"} <= set.union(
+        *fields.values()
+    )
+    assert literal_vocabulary_comparisons(ROOT) == []
+
+
+def test_the_vocabulary_check_names_a_literal_comparison(tmp_path: Path) -> None:
+    """A field typed with a vocabulary compared to its word as a string is named, with its
+    place; the same comparison with the member, and a literal compared to a plain string
+    field, are not."""
+    package = tmp_path / "harness" / "pkg"
+    package.mkdir(parents=True)
+    (package / "model.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from harness.vocab import Trigger\n\n"
+        "@dataclass\nclass Run:\n    trigger: Trigger | None\n    note: str\n"
+    )
+    (package / "use.py").write_text(
+        "def f(r):\n"
+        '    a = r.trigger == "stall"\n'
+        '    b = r.trigger not in ("startup", "wall")\n'
+        "    c = r.trigger == Trigger.STALL\n"
+        '    d = r.note == "stall"\n'
+        "    return a, b, c, d\n"
+    )
+    assert literal_vocabulary_comparisons(tmp_path) == [
+        "harness/pkg/use.py:2: r.trigger == 'stall'",
+        "harness/pkg/use.py:3: r.trigger not in ('startup', 'wall')",
+    ]
+
+
+def spelt_file_names(root: Path) -> list[str]:
+    """Every string literal in `root`/harness, outside harness/filenames.py, that is the
+    name of a file the harness writes: the name is read from harness.filenames instead."""
+    names = {v for k, v in vars(filenames).items() if k.isupper() and isinstance(v, str)}
+    names |= {filenames.table_json(t) for t in vocab.TableKind}
+    found = []
+    for path in sorted((root / "harness").rglob("*.py")):
+        if path.relative_to(root) == Path("harness/filenames.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in names:
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {node.value}")
+    return found
+
+
+def test_file_names_are_spelt_once() -> None:
+    assert spelt_file_names(ROOT) == []
+
+
+def test_the_file_name_check_names_a_spelt_name(tmp_path: Path) -> None:
+    package = tmp_path / "harness" / "pkg"
+    package.mkdir(parents=True)
+    (package / "use.py").write_text(
+        'def f(d):\n    """Reads report.json."""\n    return d / "report.json", d / "x.json"\n'
+    )
+    assert spelt_file_names(tmp_path) == ["harness/pkg/use.py:3: report.json"]
 
 
 def test_a_module_runs_whole_on_one_worker(request: pytest.FixtureRequest) -> None:

@@ -32,7 +32,7 @@ from harness.pipeline.sweep import Knob, cells_for, conclude, parse_knobs
 from harness.report.load import load_report
 from harness.report.repeat import combine
 from harness.report.runs import row_from_report
-from harness.vocab import AxisKind
+from harness.vocab import AxisKind, RunMode
 from tests.facts import require_tool
 from tests.harness_cli import ROOT, harness
 
@@ -221,7 +221,7 @@ def test_coordinates_come_from_the_report(tmp_path: Path) -> None:
     from harness.execute.conditions import HostConditions
     from harness.report.model import CommandInfo, Report, VariantInfo
 
-    report = Report("r", tmp_path, [], "run", env="breakout")
+    report = Report("r", tmp_path, [], RunMode.RUN, env="breakout")
     report.variant = VariantInfo("fixed")
     report.command = CommandInfo(
         ["./puffer", "train", "breakout", "--vec.num_buffers=2", "--train.total-timesteps=9"],

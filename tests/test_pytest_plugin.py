@@ -23,6 +23,7 @@ import pytest
 
 from harness.pytest_plugin import channel, procstart, resume, watcher
 from harness.pytest_plugin.watcher import look_every
+from harness.vocab import Trigger
 from tests.facts import require_tool
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
@@ -423,7 +424,7 @@ def test_verdict_file_is_found_for_its_test_only_when_fresh(tmp_path: Path) -> N
         seq=3,
         nodeid="a/test_x.py::test_y[param with / and ::]",
         when="call",
-        trigger="quiescent",
+        trigger=Trigger.QUIESCENT,
         after_s=5.2,
         kind="hang",
         summary="hang (deadlock) in f",
@@ -461,7 +462,9 @@ def test_journal_keeps_reports_and_the_hang_and_drops_a_cut_line(tmp_path: Path)
     )
     journal = resume.Journal(tmp_path / "j.jsonl")
     journal.add(config, report)
-    hang = channel.Hang(3, "t.py::y", "call", "quiescent", 2.0, "hang", "s", "c", "t", "r", 1.0)
+    hang = channel.Hang(
+        3, "t.py::y", "call", Trigger.QUIESCENT, 2.0, "hang", "s", "c", "t", "r", 1.0
+    )
     journal.add_hung(hang)
     journal.close(remove=False)
     with open(tmp_path / "j.jsonl", "a") as f:

@@ -17,7 +17,7 @@ from harness.report import github
 from harness.report.matrix import Matrix, write_matrix
 from harness.report.model import Report
 from harness.report.runs import RunRow, load_row, row_from_error
-from harness.vocab import AxisKind, Confidence, Mechanism
+from harness.vocab import AxisKind, Confidence, Mechanism, RunMode, RunStatus, TableKind
 from tests.harness_cli import harness
 
 
@@ -80,7 +80,9 @@ def test_conclusion_names_the_knob_that_matters() -> None:
 
 def _saved_hang(folder: Path) -> Path:
     """A report folder as a child harness leaves it: report.json of a located hang."""
-    report = Report("run-1", folder, ["harness", "run"], "run", status="complete", env="x")
+    report = Report(
+        "run-1", folder, ["harness", "run"], RunMode.RUN, status=RunStatus.COMPLETE, env="x"
+    )
     report.verdict = Verdict(
         Kind.HANG,
         "hang in env_start",
@@ -123,7 +125,9 @@ def test_one_writer_for_every_multi_run_table(
     (run / "report.html").write_text("<p>the run's page</p>")
     hang = load_row(run, 2, {"variant": "stock"}, "stock", "unused")
     error = row_from_error("patch <x> | does not apply", 5, {"variant": "fixed"}, "fixed")
-    m = Matrix("compare", "harness compare x", ["variant"], [hang, error], ["not confirmed"])
+    m = Matrix(
+        TableKind.COMPARE, "harness compare x", ["variant"], [hang, error], ["not confirmed"]
+    )
     m.rows_key, m.extra = "variants", {"confirmed": False}
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_ACTIONS", "true")

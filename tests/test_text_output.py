@@ -15,7 +15,7 @@ from harness.report.console import as_invoked, count, invoked_as
 from harness.report.model import Report
 from harness.report.store import finish
 from harness.sampling.model import Frame, SampleSet, ThreadStack
-from harness.vocab import StackToolName
+from harness.vocab import RunMode, StackToolName, Trigger
 from tests.harness_cli import ROOT, harness
 
 PROGRAMS = ROOT / "tests" / "programs"
@@ -106,7 +106,7 @@ def test_counts_are_exact() -> None:
 
 def _report(folder: Path, samples: bool) -> Report:
     folder.mkdir(parents=True)
-    report = Report("run-1", folder, ["harness", "watch"], "watch", env="x")
+    report = Report("run-1", folder, ["harness", "watch"], RunMode.WATCH, env="x")
     if samples:
         stack = ThreadStack(7, 7, "main", [Frame("env_start", own=True)], StackToolName.GDB)
         report.samples = SampleSet([], [], [stack], {"gdb": "used"}, ["a note"], 0.1)
@@ -172,8 +172,10 @@ def test_the_summary_shows_the_wake_chain_once(tmp_path: Path) -> None:
     from harness.sampling.model import WAKE_EVIDENCE
 
     chain = "pid 10 tid 10 (puffer) wait4 for child 11 → ends: nobody: no live thread"
-    r = Report("20260101-000000-breakout-abcd", tmp_path, ["harness", "run", "breakout"], "run")
-    r.trigger = "closed"
+    r = Report(
+        "20260101-000000-breakout-abcd", tmp_path, ["harness", "run", "breakout"], RunMode.RUN
+    )
+    r.trigger = Trigger.CLOSED
     r.verdict = Verdict(
         Kind.HANG,
         summary="hang (deadlock) in env_start",

@@ -19,14 +19,9 @@ import pytest
 from harness import outcome
 from harness.errors import HarnessError
 from harness.triage import budget
-from harness.triage.model import (
-    SCHEMA_VERSION,
-    Step,
-    StepName,
-    StepStatus,
-    TriageResult,
-)
+from harness.triage.model import SCHEMA_VERSION, Step, TriageResult
 from harness.triage.run import exit_code
+from harness.vocab import StepStatus, TriageStep
 from tests.harness_cli import ROOT
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
@@ -90,7 +85,7 @@ def _loaded(folder: Path) -> tuple[dict[str, Any], TriageResult]:
     assert data["schema_version"] == SCHEMA_VERSION and data["mode"] == "triage"
     result = TriageResult.from_json(data, folder)
     assert result.to_json() == data
-    assert [s.name for s in result.steps] == list(StepName)
+    assert [s.name for s in result.steps] == list(TriageStep)
     return data, result
 
 
@@ -114,13 +109,13 @@ def test_a_bad_budget_is_a_usage_error(text: str) -> None:
 
 def test_the_order_is_most_informative_first() -> None:
     assert budget.ORDER == (
-        StepName.REPRODUCE,
-        StepName.EXPLAIN,
-        StepName.FIXES,
-        StepName.KNOBS,
-        StepName.HISTORY,
+        TriageStep.REPRODUCE,
+        TriageStep.EXPLAIN,
+        TriageStep.FIXES,
+        TriageStep.KNOBS,
+        TriageStep.HISTORY,
     )
-    assert set(budget.ORDER) == set(StepName)
+    assert set(budget.ORDER) == set(TriageStep)
 
 
 def test_a_step_that_does_not_fit_says_what_it_needs() -> None:
@@ -142,7 +137,7 @@ def test_estimates_follow_the_measured_costs() -> None:
 
 
 def test_exit_codes_say_reproduced_and_fixed() -> None:
-    result = TriageResult("breakout", Path("."), [Step(n) for n in StepName])
+    result = TriageResult("breakout", Path("."), [Step(n) for n in TriageStep])
     assert exit_code(result) == outcome.TRIAGE_NOT_REPRODUCED
     result.reproduced = True
     assert exit_code(result) == outcome.TRIAGE_NOT_FIXED
@@ -231,7 +226,7 @@ def test_resume_of_a_missing_folder_and_a_link_out(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the replica, end to end
 
 
-def _step(result: TriageResult, name: StepName) -> Step:
+def _step(result: TriageResult, name: TriageStep) -> Step:
     return result.step(name)
 
 
@@ -260,7 +255,7 @@ def test_replica_triage(
         assert result.finished_at and result.host.get("kernel")
         assert all(s.status is not StepStatus.PENDING for s in result.steps)
 
-        rep = _step(result, StepName.REPRODUCE).result
+        rep = _step(result, TriageStep.REPRODUCE).result
         assert (rep["kind"], rep["location"], rep["cause"]) == (
             "hang",
             "env_start",
@@ -270,14 +265,14 @@ def test_replica_triage(
         first = result.directory / rep["first_failure"]
         assert (first / "report.json").is_file()
 
-        exp = _step(result, StepName.EXPLAIN).result
+        exp = _step(result, TriageStep.EXPLAIN).result
         assert exp["causes"][0]["id"] == "openmp-after-fork" and exp["location"] == "env_start"
         assert any("waits for child" in w for w in exp["waits"]), exp["waits"]
         assert "no history to blame" in exp["blame_skipped"]
         probes = {d["name"]: d for d in exp["doctor"]}
         assert "libgomp fork hazard" in probes["openmp-after-fork"]["detail"]
 
-        knobs = {k["label"]: k for k in _step(result, StepName.KNOBS).result["knobs"]}
+        knobs = {k["label"]: k for k in _step(result, TriageStep.KNOBS).result["knobs"]}
         assert knobs["--vec.num_buffers"]["effect"] == "ruled-out", knobs["--vec.num_buffers"]
         assert "OMP_WAIT_POLICY" in knobs  # the top cause's knobs come after the pin's
         # a team of one needs no pool thread: the hang goes (the pin's and the cause's note)
@@ -285,12 +280,12 @@ def test_replica_triage(
         for k in knobs.values():
             assert (result.directory / k["folder"] / "sweep.json").is_file()
 
-        fixes = _step(result, StepName.FIXES)
+        fixes = _step(result, TriageStep.FIXES)
         assert fixes.result["fix_variant"] == "fixed" and fixes.result["decision"] == "confirmed"
         assert any("omp-free" in c or "patch" in c for c in fixes.result["changes"])
         assert (result.directory / fixes.result["folder"] / "compare.json").is_file()
 
-        history = _step(result, StepName.HISTORY)
+        history = _step(result, TriageStep.HISTORY)
         assert history.status is StepStatus.SKIPPED and "no git source" in history.reason
 
         assert result.commands[0].startswith(f"harness run breakout --variant stock --pin {pin}")
@@ -317,10 +312,10 @@ def test_a_budget_too_small_skips_steps_with_their_reason(
     assert res.returncode == outcome.TRIAGE_NOT_FIXED, res.stderr[-3000:]
     _, result = _loaded(_folder(tmp_path))
     assert result.reproduced and result.finished_at
-    assert _step(result, StepName.REPRODUCE).status is StepStatus.DONE
+    assert _step(result, TriageStep.REPRODUCE).status is StepStatus.DONE
     skipped = [s for s in result.steps if s.status is StepStatus.SKIPPED]
     by_budget = [s for s in skipped if re.fullmatch(r"needs about \d+ s, \d+ s left", s.reason)]
-    assert {s.name for s in by_budget} >= {StepName.FIXES, StepName.KNOBS}, skipped
+    assert {s.name for s in by_budget} >= {TriageStep.FIXES, TriageStep.KNOBS}, skipped
     assert all(s.estimate_s and s.runs_made == 0 for s in by_budget)
     assert all(s.status is not StepStatus.PENDING for s in result.steps)
     assert any("needs about" in line for line in result.conclusion)
@@ -344,11 +339,11 @@ def test_not_reproduced_here_nor_under_the_pins_host(
     )
     assert res.returncode == outcome.TRIAGE_NOT_REPRODUCED, res.stderr[-3000:]
     _, result = _loaded(_folder(tmp_path))
-    rep = _step(result, StepName.REPRODUCE).result
+    rep = _step(result, TriageStep.REPRODUCE).result
     assert [t["host"] for t in rep["tried_hosts"]] == [None, "container-1cpu"]
     assert all(t["summary"].startswith("pass 4/4") for t in rep["tried_hosts"])
     assert rep["first_failure"] is None and not result.reproduced
-    for name in (StepName.EXPLAIN, StepName.FIXES, StepName.KNOBS, StepName.HISTORY):
+    for name in (TriageStep.EXPLAIN, TriageStep.FIXES, TriageStep.KNOBS, TriageStep.HISTORY):
         s = _step(result, name)
         assert s.status is StepStatus.SKIPPED and s.reason.startswith("nothing reproduced")
 

@@ -19,7 +19,8 @@ import pytest
 from harness.pipeline.options import RunOptions
 from harness.report.live import LiveProgress
 from harness.triage.history import history_step
-from harness.triage.model import Step, StepName, StepStatus, TriageOptions, TriageResult
+from harness.triage.model import Step, TriageOptions, TriageResult
+from harness.vocab import StepStatus, TriageStep
 from tests.gitrepo import ROOT, SUBJECTS, History, make_history, plan_with, write_scenario
 
 # a build cache of the module's own (its histories build many commits; tests/conftest.py)
@@ -54,9 +55,9 @@ def triage(
         scenario=str(h.scenario) if h else None,
         report_dir=tmp / "reports",
     )
-    steps = [Step(name) for name in StepName]
+    steps = [Step(name) for name in TriageStep]
     result = TriageResult(env="breakout", directory=tmp / "triage", steps=steps, pin=pin or "")
-    rep = result.step(StepName.REPRODUCE)
+    rep = result.step(TriageStep.REPRODUCE)
     rep.status = StepStatus.DONE
     # triage/steps.py's keys; result.reproduced is only set once every step has run
     rep.result = {"kind": "hang", "location": "env_start", "failures": 1, "ran": 1}
@@ -255,7 +256,7 @@ def test_resume_does_not_redo_finished_steps(hist: History, tmp_path: Path) -> N
 
 def test_not_reproduced_is_skipped(hist: History, tmp_path: Path) -> None:
     opts, result = triage(tmp_path, str(hist.pin), hist)
-    result.step(StepName.REPRODUCE).result.update(kind="pass", failures=0, ran=4)
+    result.step(TriageStep.REPRODUCE).result.update(kind="pass", failures=0, ran=4)
     step = history_step(opts, result, 600.0, LiveProgress.off())
     assert step.status is StepStatus.SKIPPED and step.runs_made == 0
     assert step.reason == "the failure did not reproduce here: no first bad commit to look for"

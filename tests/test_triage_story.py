@@ -16,9 +16,10 @@ from urllib.parse import unquote
 
 import pytest
 
-from harness.triage.model import Step, StepName, StepStatus, TriageResult
+from harness.triage.model import Step, TriageResult
 from harness.triage.story import write_story
 from harness.triage.story_facts import Evidence
+from harness.vocab import StepStatus, TriageStep
 from tests.mdrender import read, render
 from tests.test_report_html import browser, open_page  # noqa: F401  (the fixtures, reused)
 
@@ -66,7 +67,7 @@ def replica(root: Path) -> TriageResult:
     frames = ["env_start", "GOMP_parallel", "gomp_team_start", "futex_wait"]
     steps = [
         Step(
-            StepName.REPRODUCE,
+            TriageStep.REPRODUCE,
             StepStatus.DONE,
             headline="hang 4/4 in env_start (openmp-after-fork)",
             result={
@@ -91,7 +92,7 @@ def replica(root: Path) -> TriageResult:
             builds_made=1,
         ),
         Step(
-            StepName.EXPLAIN,
+            TriageStep.EXPLAIN,
             StepStatus.DONE,
             headline="env_start waits on an OpenMP team started before fork",
             result={
@@ -126,7 +127,7 @@ def replica(root: Path) -> TriageResult:
             duration_s=1.2,
         ),
         Step(
-            StepName.KNOBS,
+            TriageStep.KNOBS,
             StepStatus.DONE,
             headline="2 knobs ruled out, 1 changes it",
             result={
@@ -159,7 +160,7 @@ def replica(root: Path) -> TriageResult:
             runs_made=12,
         ),
         Step(
-            StepName.FIXES,
+            TriageStep.FIXES,
             StepStatus.DONE,
             headline="omp-free and fixed pass (confirmed)",
             result={
@@ -182,7 +183,7 @@ def replica(root: Path) -> TriageResult:
             runs_made=8,
             builds_made=2,
         ),
-        Step(StepName.HISTORY, StepStatus.SKIPPED, reason="no git source (a path source)"),
+        Step(TriageStep.HISTORY, StepStatus.SKIPPED, reason="no git source (a path source)"),
     ]
     return TriageResult(
         env="breakout",
@@ -213,7 +214,7 @@ def git_history(root: Path) -> TriageResult:
     r = replica(root)
     r.pin = "fork"
     hist = run_folder(root, "history", "bisect.json", "index.html")
-    explain = r.step(StepName.EXPLAIN)
+    explain = r.step(TriageStep.EXPLAIN)
     explain.result["blame"] = {
         "commit": "3f2a9c1d",
         "subject": "vec: start the envs",
@@ -222,7 +223,7 @@ def git_history(root: Path) -> TriageResult:
         "pragma_commit": "107717e7",
         "pragma_subject": "compact everything",
     }
-    history = r.step(StepName.HISTORY)
+    history = r.step(TriageStep.HISTORY)
     history.status, history.reason = StepStatus.DONE, ""
     history.headline = "first bad: 107717e7 compact everything"
     history.runs = [hist]
@@ -305,9 +306,9 @@ def test_git_history_issue_names_the_first_bad_commit_and_the_pragmas(tmp_path: 
 def test_steps_that_did_not_run_say_why_in_one_line(tmp_path: Path) -> None:
     r = replica(tmp_path)
     for name, status, reason in (
-        (StepName.KNOBS, StepStatus.SKIPPED, "budget: needs 300 s, 40 s left"),
-        (StepName.FIXES, StepStatus.PENDING, ""),
-        (StepName.EXPLAIN, StepStatus.FAILED, "gdb is missing"),
+        (TriageStep.KNOBS, StepStatus.SKIPPED, "budget: needs 300 s, 40 s left"),
+        (TriageStep.FIXES, StepStatus.PENDING, ""),
+        (TriageStep.EXPLAIN, StepStatus.FAILED, "gdb is missing"),
     ):
         step = r.step(name)
         step.status, step.reason, step.result = status, reason, {}
@@ -327,7 +328,7 @@ HOSTILE = "<script>alert(1)</script> [x](http://evil) # \u202eevil\u202c `tick` 
 
 def test_hostile_run_text_stays_text(tmp_path: Path) -> None:
     r = replica(tmp_path)
-    rep, exp = r.step(StepName.REPRODUCE), r.step(StepName.EXPLAIN)
+    rep, exp = r.step(TriageStep.REPRODUCE), r.step(TriageStep.EXPLAIN)
     rep.result["summary"] = HOSTILE
     exp.result["location"] = HOSTILE
     exp.result["waits"] = [HOSTILE, "> " + HOSTILE, "# " + HOSTILE, "1. " + HOSTILE]
@@ -365,7 +366,7 @@ def test_issue_md_reads_raw_as_it_renders(tmp_path: Path) -> None:
     read as markup stays as written (it once was `child hung &gt; 3.0s`, `=&gt;`), and the
     rendered line says the same."""
     r = replica(tmp_path)
-    r.step(StepName.EXPLAIN).result["doctor"] = [
+    r.step(TriageStep.EXPLAIN).result["doctor"] = [
         {"name": "openmp-after-fork", "status": "warn", "detail": DOCTOR_DETAIL},
         {"name": "openmp", "status": "ok", "detail": "team of 2; a < b && c -> d"},
     ]
@@ -381,14 +382,14 @@ def test_issue_md_reads_raw_as_it_renders(tmp_path: Path) -> None:
 
 def test_a_run_folder_that_is_gone_is_not_linked(tmp_path: Path) -> None:
     r = replica(tmp_path)
-    fixes = r.step(StepName.FIXES)
+    fixes = r.step(TriageStep.FIXES)
     fixes.result["folder"] = "fixes-gone"
     fixes.runs = ["fixes-gone", "../outside", str(tmp_path.parent / "elsewhere")]
     outside = tmp_path.parent / "outside"
     outside.mkdir(exist_ok=True)
     (outside / "index.html").write_text("x")
     (tmp_path / "link-out").symlink_to(outside)
-    r.step(StepName.KNOBS).result["folder"] = "link-out"
+    r.step(TriageStep.KNOBS).result["folder"] = "link-out"
     write_story(r)
     page = (tmp_path / "triage.html").read_text()
     hrefs = [unquote(h) for h in re.findall(r'href="([^"]+)"', page)]
@@ -414,8 +415,8 @@ def test_results_missing_every_key_still_render(tmp_path: Path) -> None:
     r = replica(tmp_path)
     for step in r.steps:
         step.status, step.result = StepStatus.DONE, {}
-    r.step(StepName.EXPLAIN).result = {"causes": "nope", "waits": 3, "blame": [1], "runs": "x"}
-    r.step(StepName.REPRODUCE).result = {"counts": {"hang": "two"}, "failure_rate_ci95": [None]}
+    r.step(TriageStep.EXPLAIN).result = {"causes": "nope", "waits": 3, "blame": [1], "runs": "x"}
+    r.step(TriageStep.REPRODUCE).result = {"counts": {"hang": "two"}, "failure_rate_ci95": [None]}
     r.host = {}
     r.commands = []
     write_story(r)
@@ -440,7 +441,7 @@ def test_triage_json_round_trip_renders_the_same(tmp_path: Path) -> None:
 @pytest.mark.parametrize("shape", [replica, git_history])
 def test_story_page_in_a_browser(tmp_path: Path, open_page: Any, shape: Any) -> None:  # noqa: F811
     r = shape(tmp_path)
-    hostile = r.step(StepName.EXPLAIN)
+    hostile = r.step(TriageStep.EXPLAIN)
     hostile.result["waits"] = ["<img src=x onerror=alert(1)> waits"]
     write_story(r)
     opened = open_page(tmp_path / "triage.html")

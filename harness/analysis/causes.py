@@ -20,6 +20,7 @@ from harness.config.causes import (
     shipped_rules,
     template_fields,
 )
+from harness.filenames import OUTPUT_LOG, STACKS_TXT
 from harness.outcome import Kind
 from harness.sampling.model import SampleSet
 from harness.vocab import Confidence, Mechanism
@@ -110,8 +111,8 @@ def diagnose(facts: Facts, rules: Sequence[Checked]) -> list[Cause]:
 def _diagnose(facts: Facts, rules: Sequence[Checked]) -> list[Cause]:
     common = {
         "compare": facts.compare,
-        "stacks": str(facts.report_dir / "stacks.txt"),
-        "log": str(facts.report_dir / "output.log"),
+        "stacks": str(facts.report_dir / STACKS_TXT),
+        "log": str(facts.report_dir / OUTPUT_LOG),
         "env": facts.env or "",
         "location": facts.location or "",
     }

@@ -18,7 +18,7 @@ from typing import Any
 
 from harness import contain, dashboard, outcome
 from harness.analysis import endlogs
-from harness.vocab import CheckStatus
+from harness.vocab import CheckKind, CheckStatus
 
 
 @dataclass
@@ -232,13 +232,13 @@ def epoch_size(factors: Sequence[str], config: Mapping[str, Mapping[str, str]]) 
     return size if factors else 0
 
 
-# one checker per kind of harness.config.checkspec.KINDS
+# one checker per check kind
 CHECKERS = {
-    "required": _check_required,
-    "range": _check_range,
-    "finite": _check_finite,
-    "config": _check_config,
-    "steps_reached": _check_steps,
+    CheckKind.REQUIRED: _check_required,
+    CheckKind.RANGE: _check_range,
+    CheckKind.FINITE: _check_finite,
+    CheckKind.CONFIG: _check_config,
+    CheckKind.STEPS_REACHED: _check_steps,
 }
 
 
@@ -320,7 +320,7 @@ def apply_to_verdict(verdict: Any, results: Sequence[CheckResult]) -> None:
     """A run that passed but failed a check becomes check-failed (exit 1); other verdicts
     (hang, crash, …) stay what they are: their checks are context, not the cause."""
     failed = [r for r in results if r.status is CheckStatus.FAIL]
-    if verdict.kind != "pass" or not failed:
+    if verdict.kind != outcome.Kind.PASS or not failed:
         return
     verdict.become(outcome.Kind.CHECK_FAILED)
     first = failed[0]

@@ -146,7 +146,7 @@ def _mechanism(
                 f"pid {pid}: the main thread has exited (state Z) but {len(others)} thread(s) keep "
                 "the process alive",
             )
-        if main is not None and _mechanism_hint(main, sigs) == "exit-blocked":
+        if main is not None and _mechanism_hint(main, sigs) == Mechanism.EXIT_BLOCKED:
             return (
                 Mechanism.EXIT_BLOCKED,
                 others or [main],

@@ -35,7 +35,7 @@ class ProbeResult:
 
     @property
     def ok(self) -> bool:
-        return all(c.status != "fail" for c in self.checks)
+        return all(c.status != CheckStatus.FAIL for c in self.checks)
 
 
 def probe_spec(pin: Pin) -> dict[str, Any]:

@@ -13,10 +13,7 @@ files, `render` the markdown (its steps table through `report.matrix`) and termi
 Git reads come from harness.source.
 """
 
-from harness.bisect.model import BAD as BAD
 from harness.bisect.model import EXPECTS as EXPECTS
-from harness.bisect.model import GOOD as GOOD
-from harness.bisect.model import SKIP as SKIP
 from harness.bisect.model import BisectOptions as BisectOptions
 from harness.bisect.model import BisectResult as BisectResult
 from harness.bisect.model import StepRecord as StepRecord

@@ -17,10 +17,9 @@ from harness.pipeline.options import RunOptions
 from harness.report.runs import RunRow
 from harness.source.gitrepo import CommitInfo
 from harness.stats import Rate
-from harness.vocab import BisectRole, BisectStatus
+from harness.vocab import AUTO, BisectClass, BisectRole, BisectStatus
 
 SCHEMA_VERSION = 1
-GOOD, BAD, SKIP = "good", "bad", "skip"
 # the failures a bisect looks for: the kinds the outcome registry says reproduce a failure
 FAILURES = outcome.REPRODUCED
 EXPECTS: dict[str, frozenset[Kind]] = {
@@ -35,7 +34,6 @@ EXPECTS: dict[str, frozenset[Kind]] = {
 HAZARD = "hazard"
 # the same tree fails to build (or to prepare) the same way every time: repeating is useless
 UNREPEATABLE = frozenset({Kind.BUILD_FAILED, Kind.ERROR})
-AUTO: Literal["auto"] = "auto"
 Repeat = int | Literal["auto"]
 DEFAULT_REPEAT_CAP = 20
 
@@ -100,9 +98,9 @@ class StepRecord:
     index: int  # position among the candidates, oldest 0; the good end is -1
     commit: CommitInfo
     variant: str
-    classification: str  # good | bad | skip, of the runs together
+    classification: BisectClass  # of the runs together
     runs: list[RunRow]
-    classes: list[str]  # good | bad | skip of each run, in the order of `runs`
+    classes: list[BisectClass]  # each run's, in the order of `runs`
     # a good step under repetition: the clean runs the rule asked for (None: no rate known)
     target: int | None = None
     # the chance that a commit failing like the bad end passes this step's clean runs
@@ -112,21 +110,24 @@ class StepRecord:
     @property
     def settled(self) -> bool | None:
         """A good step that ran its target of clean runs (False: stopped at the cap)."""
-        if self.classification != GOOD or self.target is None:
+        if self.classification != BisectClass.GOOD or self.target is None:
             return None
-        return self.counts()[GOOD] >= self.target
+        return self.counts()[BisectClass.GOOD] >= self.target
 
     @property
     def decisive_at(self) -> int:
         """The run that decided the classification: the first bad one, else the last."""
-        return next((i for i, c in enumerate(self.classes) if c == BAD), len(self.runs) - 1)
+        return next(
+            (i for i, c in enumerate(self.classes) if c == BisectClass.BAD),
+            len(self.runs) - 1,
+        )
 
     @property
     def decisive(self) -> RunRow:
         return self.runs[self.decisive_at]
 
     def counts(self) -> dict[str, int]:
-        tally = {c: sum(k == c for k in self.classes) for c in (GOOD, BAD, SKIP)}
+        tally = {str(c): sum(k == c for k in self.classes) for c in BisectClass}
         return {"runs": len(self.runs), **tally}
 
     def run_json(self, at: int) -> dict[str, Any]:
@@ -188,7 +189,7 @@ class BisectResult:
     @property
     def step_bound(self) -> int:
         """⌈log2 N⌉ + skips + 2 (the ends): the most steps the search may take."""
-        skips = sum(s.classification == SKIP for s in self.search_steps)
+        skips = sum(s.classification == BisectClass.SKIP for s in self.search_steps)
         return (len(self.candidates) - 1).bit_length() + skips + 2
 
     @property
@@ -203,11 +204,11 @@ class BisectResult:
         if end is None:
             return None
         c = end.counts()
-        return Rate(c[BAD], c[BAD] + c[GOOD])
+        return Rate(c[BisectClass.BAD], c[BisectClass.BAD] + c[BisectClass.GOOD])
 
     @property
     def good_steps(self) -> list[StepRecord]:
-        return [s for s in self.search_steps if s.classification == GOOD]
+        return [s for s in self.search_steps if s.classification == BisectClass.GOOD]
 
     @property
     def confidence(self) -> float | None:
@@ -217,7 +218,7 @@ class BisectResult:
         rate = self.bad_rate
         if rate is None or not rate.runs:
             return None
-        return joint_confidence(rate, [s.counts()[GOOD] for s in self.good_steps])
+        return joint_confidence(rate, [s.counts()[BisectClass.GOOD] for s in self.good_steps])
 
     @property
     def location_matched(self) -> bool | None:
@@ -228,7 +229,7 @@ class BisectResult:
 
     @property
     def fix_confirmed(self) -> bool | None:
-        return None if self.confirm is None else self.confirm.classification == GOOD
+        return None if self.confirm is None else self.confirm.classification == BisectClass.GOOD
 
     @property
     def exit_code(self) -> int:
@@ -241,7 +242,7 @@ class BisectResult:
         built = [r for r in runs if r.build_key and not r.cache_hit]
         return {
             "steps": len(self.search_steps),
-            "skips": sum(s.classification == SKIP for s in self.search_steps),
+            "skips": sum(s.classification == BisectClass.SKIP for s in self.search_steps),
             "step_bound": self.step_bound,
             "runs": len(runs),
             "builds": len(built),

@@ -11,13 +11,13 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from harness.bisect.model import BAD, GOOD, SKIP, BisectOptions, BisectResult, StepRecord
+from harness.bisect.model import BisectOptions, BisectResult, StepRecord
 from harness.bisect.steps import COMMIT, expected, shown
 from harness.report.markdown import md, table
 from harness.report.matrix import Column, Matrix, axis
 from harness.report.runs import RunRow
 from harness.text import strip_controls, terminal_safe
-from harness.vocab import BisectStatus
+from harness.vocab import BisectClass, BisectStatus, TableKind
 
 # a step's coordinates in the steps table and index.html
 STEP, ROLE, SUBJECT, CLASS, COUNTS = "#", "role", "subject", "class", "runs (bad/good/skip)"
@@ -43,7 +43,7 @@ def confidence_text(result: BisectResult) -> str | None:
     if result.setup.opts.repeat == 1 or rate is None or conf is None:
         return None
     good = result.good_steps
-    clean = sorted({s.counts()[GOOD] for s in good})
+    clean = sorted({s.counts()[BisectClass.GOOD] for s in good})
     runs = "-".join(str(n) for n in (clean[:1] + clean[-1:] if len(clean) > 1 else clean))
     text = (
         f"{_percent(conf)} that no step called good was bad after all (bad end: failure "
@@ -99,7 +99,7 @@ def side_by_side(result: BisectResult) -> list[tuple[str, str, str]]:
 
 def _counts_text(step: StepRecord) -> str:
     c = step.counts()
-    return f"{c['runs']} ({c[BAD]}/{c[GOOD]}/{c[SKIP]})"
+    return f"{c['runs']} ({c[BisectClass.BAD]}/{c[BisectClass.GOOD]}/{c[BisectClass.SKIP]})"
 
 
 def _md_result(result: BisectResult) -> list[str]:
@@ -214,7 +214,7 @@ def steps_matrix(result: BisectResult) -> Matrix:
         Column("run", lambda r: f"{r.run_s or 0:.1f}s"),
     ]
     return Matrix(
-        mode="bisect",
+        mode=TableKind.BISECT,
         title=f"harness bisect {result.setup.opts.run.env}",
         axes=[STEP, ROLE, COMMIT, SUBJECT, CLASS],
         rows=rows,

@@ -11,16 +11,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness import outcome
-from harness.bisect.model import BAD, GOOD, SKIP, BisectOptions, BisectResult, StepRecord
+from harness.bisect.model import BisectOptions, BisectResult, StepRecord
 from harness.bisect.render import render_markdown, steps_matrix
 from harness.bisect.steps import expected, setup_for, shown, try_commit
 from harness.errors import HarnessError, Interrupted
+from harness.filenames import REPORT_JSON, REPORT_MD
 from harness.files import atomic_write
 from harness.outcome import USAGE
 from harness.report import store
 from harness.report.matrix import publish, write_index
 from harness.source.gitrepo import commit_info, diffstat, first_parent_range, is_ancestor, resolve
-from harness.vocab import BisectRole, BisectStatus
+from harness.vocab import BisectClass, BisectRole, BisectStatus
 
 
 def prepare(opts: BisectOptions) -> BisectResult:
@@ -90,25 +91,25 @@ class Search:
         """The bad end first: if the failure does not reproduce there, nothing else matters."""
         res, opts = self.result, self.setup.opts
         bad = self.test(len(res.candidates) - 1, BisectRole.BAD_END)
-        if bad.classification == GOOD:
+        if bad.classification == BisectClass.GOOD:
             runs = f" (all {len(bad.runs)} runs passed)" if len(bad.runs) > 1 else ""
             raise HarnessError(
                 f"the bad end {res.bad.short} passed: nothing to bisect{runs}", USAGE
             )
-        if bad.classification == SKIP:
+        if bad.classification == BisectClass.SKIP:
             raise HarnessError(
                 f"the bad end {res.bad.short} does not show the expected failure "
                 f"({expected(opts)}): it showed {shown(bad)}",
                 USAGE,
             )
         good = self.test(-1, BisectRole.GOOD_END)
-        if good.classification == BAD:
+        if good.classification == BisectClass.BAD:
             raise HarnessError(
                 f"the good end {res.good.short} shows the failure ({shown(good)}): "
                 "pick an older --good",
                 USAGE,
             )
-        if good.classification == SKIP:
+        if good.classification == BisectClass.SKIP:
             raise HarnessError(
                 f"the good end {res.good.short} is not good: it showed {shown(good)}", USAGE
             )
@@ -123,9 +124,9 @@ class Search:
         while pool := [i for i in range(lo + 1, hi) if i not in skipped]:
             probe = pool[(len(pool) + 1) // 2 - 1]
             cls = self.test(probe, BisectRole.SEARCH).classification
-            if cls == BAD:
+            if cls == BisectClass.BAD:
                 hi = probe
-            elif cls == GOOD:
+            elif cls == BisectClass.GOOD:
                 lo = probe
             else:
                 skipped.add(probe)
@@ -197,12 +198,15 @@ def bisect_step(opts: BisectOptions) -> int:
         print(f"harness bisect-step: error: {exc.message} (aborting)", file=sys.stderr)
         return outcome.BISECT_ABORT
     step = try_commit(setup, head, BisectRole.STEP, 0, opts.run.variant, opts.run.report_dir)
-    code = {GOOD: 0, BAD: 1, SKIP: outcome.BISECT_SKIP}[step.classification]
+    code = {BisectClass.GOOD: 0, BisectClass.BAD: 1, BisectClass.SKIP: outcome.BISECT_SKIP}[
+        step.classification
+    ]
     counts = step.counts()
     print(
         f"harness bisect-step: {head.short} {head.subject}: {shown(step)} → "
-        f"{step.classification} (exit {code}; runs {counts['runs']}, bad {counts[BAD]}, "
-        f"good {counts[GOOD]}, skip {counts[SKIP]}; report {step.decisive.report_dir})",
+        f"{step.classification} (exit {code}; runs {counts['runs']}, "
+        f"bad {counts[BisectClass.BAD]}, good {counts[BisectClass.GOOD]}, "
+        f"skip {counts[BisectClass.SKIP]}; report {step.decisive.report_dir})",
         file=sys.stderr,
     )
     return code
@@ -210,7 +214,7 @@ def bisect_step(opts: BisectOptions) -> int:
 
 def save(result: BisectResult) -> None:
     """report.json, rewritten (atomically) after every step: a dead bisect leaves its trail."""
-    atomic_write(result.directory / "report.json", json.dumps(result.to_json(), indent=2) + "\n")
+    atomic_write(result.directory / REPORT_JSON, json.dumps(result.to_json(), indent=2) + "\n")
 
 
 def finish(result: BisectResult, status: BisectStatus) -> None:
@@ -218,7 +222,7 @@ def finish(result: BisectResult, status: BisectStatus) -> None:
     under GitHub Actions, and report.json last."""
     result.status = status
     result.finished = time.time()
-    atomic_write(result.directory / "report.md", render_markdown(result))
+    atomic_write(result.directory / REPORT_MD, render_markdown(result))
     steps = steps_matrix(result)
     write_index(steps, result.directory)
     publish(steps)

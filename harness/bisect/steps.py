@@ -10,12 +10,8 @@ from pathlib import Path
 
 from harness import outcome, variants
 from harness.bisect.model import (
-    AUTO,
-    BAD,
     EXPECTS,
-    GOOD,
     HAZARD,
-    SKIP,
     UNREPEATABLE,
     BisectOptions,
     Repeat,
@@ -34,34 +30,34 @@ from harness.report.runs import RunRow, row_from_error, row_from_report
 from harness.source.git import locate_checkout
 from harness.source.gitrepo import CommitInfo, toplevel
 from harness.stats import Rate, clean_runs_needed
-from harness.vocab import BisectRole, SourceKind
+from harness.vocab import AUTO, BisectClass, BisectRole, SourceKind
 
 COMMIT = "commit"  # a bisect run's coordinate: the commit it built
 
 
 def classify_run(
     kind: Kind, location: str | None, expect: str, want: str | None, hazard: str | None = None
-) -> str:
+) -> BisectClass:
     """pass → good; the expected failure (at `want`, if given) → bad; anything else → skip:
     a build failure or an unrelated failure says nothing about the failure sought. Under
     --expect hazard:… a run that showed the hazard is bad whatever its verdict (a host where
     it hangs too), and `want` is already part of the hazard sought."""
     if expect == HAZARD and hazard:
-        return BAD
+        return BisectClass.BAD
     if kind == Kind.PASS:
-        return GOOD
+        return BisectClass.GOOD
     if kind in EXPECTS[expect] and (want is None or location == want):
-        return BAD
-    return SKIP
+        return BisectClass.BAD
+    return BisectClass.SKIP
 
 
-def combine(classes: Sequence[str]) -> str:
+def combine(classes: Sequence[BisectClass]) -> BisectClass:
     """Bad if any run showed the failure, good only if every run passed, else skip."""
-    if BAD in classes:
-        return BAD
-    if classes and all(c == GOOD for c in classes):
-        return GOOD
-    return SKIP
+    if BisectClass.BAD in classes:
+        return BisectClass.BAD
+    if classes and all(c == BisectClass.GOOD for c in classes):
+        return BisectClass.GOOD
+    return BisectClass.SKIP
 
 
 # ---------------------------------------------------------------- how many runs (pure)
@@ -115,25 +111,25 @@ class RunPlan:
         return posterior_miss(clean, self.bad_rate)
 
 
-def bad_end_done(classes: Sequence[str], plan: RunPlan) -> bool:
+def bad_end_done(classes: Sequence[BisectClass], plan: RunPlan) -> bool:
     """Whether the bad end has run enough. N: at its first failure (as a step) or after N
     runs; auto: at least MIN_BAD_RUNS runs with MIN_BAD_FAILURES failures, or the cap."""
     if plan.repeat != AUTO:
         return step_done(classes, plan)
-    failures = sum(c == BAD for c in classes)
+    failures = sum(c == BisectClass.BAD for c in classes)
     enough = len(classes) >= MIN_BAD_RUNS and failures >= MIN_BAD_FAILURES
     return enough or len(classes) >= plan.cap
 
 
-def step_done(classes: Sequence[str], plan: RunPlan) -> bool:
+def step_done(classes: Sequence[BisectClass], plan: RunPlan) -> bool:
     """Whether a tested commit has run enough: bad at its first run that shows the failure;
     good after its target of clean runs; under auto, unsettled at the cap (docs/bisect.md)."""
-    if classes and classes[-1] == BAD:
+    if classes and classes[-1] == BisectClass.BAD:
         return True
     if plan.repeat != AUTO:
         return len(classes) >= int(plan.repeat)
     target = plan.target
-    clean = sum(c == GOOD for c in classes)
+    clean = sum(c == BisectClass.GOOD for c in classes)
     return (target is not None and clean >= target) or len(classes) >= plan.cap
 
 
@@ -187,7 +183,7 @@ def run_once(setup: Setup, commit: CommitInfo, variant: str, report_dir: Path) -
     return row_from_report(report, code, values, variant)
 
 
-def classify(row: RunRow, opts: BisectOptions) -> str:
+def classify(row: RunRow, opts: BisectOptions) -> BisectClass:
     return classify_run(row.kind, row.location, opts.expect, opts.location, row.hazard)
 
 
@@ -209,14 +205,14 @@ def try_commit(
     plan = plan_for(setup.opts, bad_rate)
     done = bad_end_done if role is BisectRole.BAD_END else step_done
     runs: list[RunRow] = []
-    classes: list[str] = []
+    classes: list[BisectClass] = []
     while not done(classes, plan):
         runs.append(run_once(setup, commit, variant, report_dir))
         classes.append(classify(runs[-1], setup.opts))
         if runs[-1].kind in UNREPEATABLE:
             break
     step = StepRecord(role, index, commit, variant, combine(classes), runs, classes)
-    if step.classification == GOOD and role is not BisectRole.BAD_END:
+    if step.classification == BisectClass.GOOD and role is not BisectRole.BAD_END:
         step.target = plan.target
         step.miss = plan.miss(len(runs))
     return step

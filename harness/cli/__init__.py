@@ -36,7 +36,9 @@ from harness.cli import (
 )
 from harness.cli.options import Parser
 from harness.errors import HarnessError, Interrupted
+from harness.filenames import INTERNAL_ERROR_TXT, REPORT_JSON
 from harness.files import atomic_write
+from harness.outcome import Kind
 from harness.text import terminal_safe
 
 DESCRIPTION = (
@@ -49,9 +51,9 @@ variants and bisect upstream history. Every run leaves a report folder.
 exit codes:
 """
     + "\n".join(
-        f"  {'128+N' if o.kind == 'interrupted' else o.exit_code:<5} {o.kind}: {o.meaning}"
+        f"  {'128+N' if o.kind == Kind.INTERRUPTED else o.exit_code:<5} {o.kind}: {o.meaning}"
         for o in outcome.OUTCOMES.values()
-        if o.kind != "error"
+        if o.kind != Kind.ERROR
     )
     + f"""
   {outcome.USAGE:<5} usage or configuration error
@@ -202,7 +204,7 @@ def _interrupted(exc: Interrupted) -> int:
     elif _raised_by(exc, "harness.pipeline.run", "RunInterrupted"):
         assert hasattr(exc, "report") and hasattr(exc, "stage")
         folder = exc.report.directory
-        failed = exc.report.unwritten.get("report.json")
+        failed = exc.report.unwritten.get(REPORT_JSON)
         where = (
             f"report (status {exc.report.status}): {folder}"
             if failed is None
@@ -222,7 +224,7 @@ def _interrupted(exc: Interrupted) -> int:
 def _internal_error(exc: Exception, report_dir: Path) -> int:
     """A bug in the harness: one line on stderr, the traceback in a file. Neither a full
     disk nor an unusable report folder stops the line or the exit code."""
-    path = report_dir / "harness-internal-error.txt"
+    path = report_dir / INTERNAL_ERROR_TXT
     try:
         atomic_write(path, traceback.format_exc())  # whole or not at all, never empty
         where = f" (traceback in {path})"

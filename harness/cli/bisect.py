@@ -12,11 +12,12 @@ from typing import Any
 
 from harness import outcome
 from harness.bisect import EXPECTS, BisectOptions, bisect, bisect_step, print_summary
-from harness.bisect.model import AUTO, DEFAULT_REPEAT_CAP, HAZARD, Repeat
+from harness.bisect.model import DEFAULT_REPEAT_CAP, HAZARD, Repeat
 from harness.build import cache_root
 from harness.cli import options
 from harness.errors import HarnessError
 from harness.hazards.expect import HazardExpect
+from harness.vocab import AUTO
 
 NAMES = ("bisect", "bisect-step")
 

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from harness.cli.assignments import split_assignments
 from harness.cli.hostopts import add_host_options, host_conditions
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S
+from harness.filenames import REPORT_JSON
 from harness.outcome import USAGE
 from harness.sampling import tools as stack_tools
+from harness.vocab import AUTO
 
 # Every command's parser is built on each start (`harness --help` too), so this module
 # and the command modules import at top level only what a parser needs; the pipeline
@@ -161,13 +163,13 @@ def add_stack_tool_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--native",
         choices=stack_tools.choices("native"),
-        default=stack_tools.AUTO,
+        default=AUTO,
         help=f"native stack tool (auto: {stack_tools.auto_text('native')})",
     )
     p.add_argument(
         "--python-stacks",
         choices=stack_tools.choices("python"),
-        default=stack_tools.AUTO,
+        default=AUTO,
         help="Python stack tool for Python processes of the tree "
         f"(auto: {stack_tools.auto_text('python')} when present)",
     )
@@ -203,7 +205,7 @@ def progress(args: argparse.Namespace, label: str) -> LiveProgress:
     return LiveProgress(label, every_s=getattr(args, "progress_every", 10.0))
 
 
-def add_json_option(p: argparse.ArgumentParser, what: str = "report.json") -> None:
+def add_json_option(p: argparse.ArgumentParser, what: str = REPORT_JSON) -> None:
     p.add_argument(
         "--json", action="store_true", help=f"print {what} on stdout (the summary goes to stderr)"
     )

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from harness.errors import Interrupted
+from harness.filenames import REPORT_JSON
 
 # the pipeline and the report writers are imported when a run ends, not when the parser
 # is built (harness.cli.options says why)
@@ -64,18 +65,18 @@ def unwritten_line(report: Report) -> str | None:
 
     if not report.unwritten:
         return None
-    others = {name: why for name, why in report.unwritten.items() if name != "report.json"}
+    others = {name: why for name, why in report.unwritten.items() if name != REPORT_JSON}
     parts = []
     if others:
         whys = "; ".join(sorted(set(others.values())))
         parts.append(f"{', '.join(others)} not written ({whys})")
-    path = report.artifact("report.json")
-    if "report.json" not in report.unwritten:
+    path = report.artifact(REPORT_JSON)
+    if REPORT_JSON not in report.unwritten:
         parts.append(f"report.json has the verdict: {path}")
     elif store.verdict_kept(report):
         parts.append(f"report.json has the verdict, not the samples: {path}")
     else:
-        why = report.unwritten["report.json"]
+        why = report.unwritten[REPORT_JSON]
         parts.append(f"report.json not written ({why}): the verdict above is all there is")
     return f"harness: report incomplete: {'; '.join(parts)}"
 

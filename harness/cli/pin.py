@@ -18,6 +18,7 @@ from harness.report.model import plain
 from harness.source import git as gitsource
 from harness.source import gitrepo, verify_source
 from harness.source.verify import describe_verification
+from harness.vocab import SourceKind
 
 NAME = "pin"
 
@@ -69,9 +70,9 @@ def command(args: argparse.Namespace) -> int:
 
 
 def _update(pin: pinmod.Pin, checkout: Path | None) -> int:
-    if pin.source.kind == "path":
+    if pin.source.kind == SourceKind.PATH:
         root, commit = pin.source_root, None
-    elif pin.source.kind == "git":
+    elif pin.source.kind == SourceKind.GIT:
         root = gitsource.locate_checkout(pin, checkout)
         gitrepo.open_repo(root)
         commit = gitrepo.head_commit(root)

@@ -14,7 +14,8 @@ from harness.outcome import USAGE
 
 # the parser needs the two constants; the aggregate and its writers are imported when runs
 # end (harness.cli.options says why)
-from harness.pipeline.repeat import AUTO, DEFAULT_CAP
+from harness.pipeline.repeat import DEFAULT_CAP
+from harness.vocab import AUTO
 
 if TYPE_CHECKING:
     from harness.pipeline.repeat import Repeat, RunsInterrupted

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.filenames import REPORT_HTML
 from harness.files import atomic_write
 from harness.outcome import USAGE
 
@@ -39,9 +40,9 @@ def command(args: argparse.Namespace) -> int:
     report = load_report(args.path)
     print_summary(report, sys.stdout)
     if args.html or args.out is not None:
-        out: Path = args.out if args.out is not None else report.directory / "report.html"
+        out: Path = args.out if args.out is not None else report.directory / REPORT_HTML
         if out.is_dir():
-            out = out / "report.html"
+            out = out / REPORT_HTML
         try:
             atomic_write(out, render_html(report, page_dir=out.parent))
         except OSError as exc:  # a read-only artifact folder: say so, in one line

@@ -9,6 +9,8 @@ import argparse
 from typing import Any
 
 from harness.cli import options, repeating
+from harness.filenames import table_json
+from harness.vocab import TableKind
 
 NAME = "sweep"
 
@@ -35,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     options.add_hazard_options(p)
     options.add_progress_options(p)
     options.add_report_options(p)
-    options.add_json_option(p, "sweep.json")
+    options.add_json_option(p, table_json(TableKind.SWEEP))
 
 
 def command(args: argparse.Namespace) -> int:

@@ -16,12 +16,14 @@ from harness import outcome
 from harness.cli import options
 from harness.cli.options import positive_int
 from harness.errors import HarnessError, Interrupted
+from harness.filenames import ISSUE_MD, TRIAGE_HTML, TRIAGE_JSON
 from harness.pipeline.repeat import DEFAULT_CAP
 from harness.report import github
 from harness.text import markdown_text, terminal_safe
 from harness.triage.budget import DEFAULT_BUDGET_S, parse_budget
-from harness.triage.model import StepName, StepStatus, TriageOptions, TriageResult
-from harness.triage.run import TRIAGE_JSON, exit_code, run_triage
+from harness.triage.model import TriageOptions, TriageResult
+from harness.triage.run import exit_code, run_triage
+from harness.vocab import StepStatus, TriageStep
 
 NAME = "triage"
 
@@ -94,16 +96,16 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     )
 
 
-def _steps(text: str) -> frozenset[StepName]:
+def _steps(text: str) -> frozenset[TriageStep]:
     """`knobs,history` → those steps; an unknown name or `reproduce` is a usage error."""
     names = [t.strip() for t in text.split(",") if t.strip()]
-    known = [s.value for s in StepName if s is not StepName.REPRODUCE]
+    known = [s.value for s in TriageStep if s is not TriageStep.REPRODUCE]
     bad = [n for n in names if n not in known]
     if bad or not names:
         raise argparse.ArgumentTypeError(
             f"--skip takes steps among {', '.join(known)}, not {text!r}"
         )
-    return frozenset(StepName(n) for n in names)
+    return frozenset(TriageStep(n) for n in names)
 
 
 def command(args: argparse.Namespace) -> int:
@@ -153,7 +155,7 @@ def _print(result: TriageResult, as_json: bool) -> None:
         lines.append(f"  {s.name:<10} {shown}{cost}")
     lines += [f"  $ {c}" for c in result.commands]
     lines.append(f"triage: {result.directory / TRIAGE_JSON}")
-    for name in ("triage.html", "issue.md"):
+    for name in (TRIAGE_HTML, ISSUE_MD):
         if (result.directory / name).is_file():
             lines.append(f"{name + ':':<7} {result.directory / name}")
     print("\n".join(terminal_safe(ln) for ln in lines), file=out, flush=True)
@@ -163,7 +165,7 @@ def headline(result: TriageResult) -> str:
     """One sentence for people and for CI's step summary."""
     if not result.reproduced:
         return "not reproduced here"
-    repro = next(s for s in result.steps if s.name == "reproduce")
+    repro = next(s for s in result.steps if s.name == TriageStep.REPRODUCE)
     said = f"reproduced: {repro.headline}"
     if result.fix_confirmed:
         said += f"; fixed by {result.fix_confirmed}"
@@ -178,7 +180,7 @@ def _publish(result: TriageResult, code: int) -> None:
     """Under GitHub Actions: the headline and where triage.html is, in the step summary."""
     if not github.active():
         return
-    html = result.directory / "triage.html"
+    html = result.directory / TRIAGE_HTML
     where = html if html.is_file() else result.directory / TRIAGE_JSON
     text = (
         f"### harness triage {markdown_text(result.env)} → "

@@ -9,24 +9,24 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from harness.config.fields import Number, Strict, StrList, fail
+from harness.config.fields import WORD, Number, Strict, StrList, fail
 from harness.config.schema_errors import validate as validate_model
+from harness.vocab import CheckKind
 
-KINDS = ("required", "range", "finite", "config", "steps_reached")
 # what each kind needs besides `kind` (range: `key` or `keys`)
-NEEDS: dict[str, tuple[str, ...]] = {
-    "required": ("keys",),
-    "range": (),
-    "finite": ("keys",),
-    "config": ("section", "key"),
-    "steps_reached": (),
+NEEDS: dict[CheckKind, tuple[str, ...]] = {
+    CheckKind.REQUIRED: ("keys",),
+    CheckKind.RANGE: (),
+    CheckKind.FINITE: ("keys",),
+    CheckKind.CONFIG: ("section", "key"),
+    CheckKind.STEPS_REACHED: (),
 }
 
 
 class CheckModel(Strict):
     """One [[checks]] entry of a scenario (docs/scenario-schema.md, "Check kinds")."""
 
-    kind: Literal["required", "range", "finite", "config", "steps_reached"]
+    kind: Annotated[CheckKind, WORD]
     name: str = ""
     key: Annotated[str, Field(min_length=1)] | None = None
     keys: StrList | None = None
@@ -42,10 +42,10 @@ class CheckModel(Strict):
     @model_validator(mode="after")
     def _complete(self) -> CheckModel:
         missing = [f for f in NEEDS[self.kind] if getattr(self, f) is None]
-        if self.kind == "range" and self.key is None and self.keys is None:
+        if self.kind == CheckKind.RANGE and self.key is None and self.keys is None:
             missing.append("key")
         if missing:
-            what = self.name or self.kind
+            what = self.name or str(self.kind)
             raise fail(f"check {what!r} needs {', '.join(missing)}")
         if self.min is not None and self.max is not None and self.min > self.max:
             raise fail(f"min {self.min} is above max {self.max}")

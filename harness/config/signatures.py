@@ -52,7 +52,7 @@ class Pattern:
     files: tuple[str, ...] = ()
     modules: tuple[re.Pattern[str], ...] = ()
     passive: bool = False
-    mechanism: str | None = None
+    mechanism: Mechanism | None = None
     runtimes: tuple[str, ...] = ()
 
     def matches(self, frame: FrameLike) -> bool:
@@ -121,7 +121,7 @@ class SignatureModel(Strict):
             files=tuple(self.files),
             modules=tuple(re.compile(m) for m in self.modules),
             passive=self.passive,
-            mechanism=None if self.mechanism is None else str(self.mechanism),
+            mechanism=self.mechanism,
             runtimes=tuple(self.runtimes),
         )
 

@@ -53,6 +53,7 @@ from harness.sampling.model import (
     WakeChain,
     WatchInfo,
 )
+from harness.vocab import WaitKind
 
 __all__ = ["MAX_EVENTS", "WATCH_INTERVAL_S", "WatchLoop", "describe_status"]
 
@@ -66,6 +67,10 @@ POINT_THREADS = 256
 OPEN_FILES = 512  # /proc files kept open (at most a quarter of the fd limit)
 ACTIVITY_WINDOW_S = 1.0  # the history a trigger's sample takes its CPU activity from
 CONFIRM_TRIES = 6  # a tracer that just detached may leave a thread runnable for a moment
+
+
+# the waits of a tree that is blocked on itself: nothing there runs the program's code
+_NOT_BUSY = (WaitKind.TREE, WaitKind.DONE, WaitKind.HOUSEKEEPING)
 
 
 class WatchLoop:
@@ -215,7 +220,11 @@ class WatchLoop:
                 time.sleep(0.05)
             snap, waits = self._fresh_look()
             if not is_blocked(waits):
-                busy = [tw for tw, w in waits if w.kind not in ("tree", "done", "housekeeping")]
+                busy = [
+                    tw
+                    for tw, w in waits
+                    if w.kind not in (WaitKind.TREE, WaitKind.DONE, WaitKind.HOUSEKEEPING)
+                ]
                 why = f"tid {busy[0].tid}: {busy[0].what}" if busy else "no live thread"
                 continue
             hk = [(tw.pid, tw.tid) for tw, _ in waits if tw.kind == HOUSEKEEPING]

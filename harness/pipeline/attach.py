@@ -38,8 +38,8 @@ from harness.pipeline.diagnose import diagnose
 from harness.pipeline.run import finishing
 from harness.report import store
 from harness.report.live import LiveProgress
-from harness.report.model import Cleanup, CommandInfo, ExitInfo, Mode, Report
-from harness.vocab import Trigger
+from harness.report.model import Cleanup, CommandInfo, ExitInfo, Report
+from harness.vocab import RunMode, RunStatus, Stage, Trigger
 
 DEFAULT_DURATION_S = 10.0
 # causes whose evidence is a birth or a death in the tree: attach sees only those after it
@@ -113,7 +113,7 @@ def describe_target(proc: psutil.Process) -> CommandInfo:
 
 
 def start_report(
-    report_dir: Path, label: str, mode: Mode, harness_argv: list[str], proc: psutil.Process
+    report_dir: Path, label: str, mode: RunMode, harness_argv: list[str], proc: psutil.Process
 ) -> Report:
     store.check_report_dir(report_dir)
     run_id = store.new_run_id(label)
@@ -144,7 +144,7 @@ def diagnose_tree(
             return False
     if samples is not None:
         obs.finish(samples)
-    report.trigger = trigger.value
+    report.trigger = trigger
     report.samples = samples
     report.timings.run_s = obs.loop.recent[-1][0].t if obs.loop.recent else 0.0
     report.exit = ExitInfo(reason=reason, pid=obs.pid)
@@ -163,18 +163,20 @@ def diagnose_tree(
 def attach_command(opts: AttachOptions) -> tuple[Report, int]:
     proc = check_target(opts.pid)
     name = os.path.basename(describe_target(proc).argv[0]) or "process"
-    report = start_report(opts.report_dir, f"attach-{name}", "attach", opts.harness_argv, proc)
+    report = start_report(
+        opts.report_dir, f"attach-{name}", RunMode.ATTACH, opts.harness_argv, proc
+    )
     report.limits = Limits(opts.duration_s, opts.duration_s, opts.duration_s, opts.quiescent_s)
     try:
         with finishing(report):
-            store.save(report, "run")
+            store.save(report, Stage.RUN)
             opts.progress.phase("attach", f"pid {opts.pid}")
             seen = _watch(opts, report)
             if opts.kill:
                 killed = kill_tree(opts.pid, seen)
                 report.cleanup = Cleanup(killed=killed.killed, leftover=killed.leftover)
                 report.notes.append(f"--kill: SIGKILL sent to {len(killed.killed)} processes")
-            store.finish(report, "complete")
+            store.finish(report, RunStatus.COMPLETE)
     finally:
         opts.progress.close()
     assert report.verdict is not None
@@ -193,8 +195,8 @@ def _watch(opts: AttachOptions, report: Report) -> list[psutil.Process]:
     try:
         while True:
             what = obs.wait_quiescent(opts.duration_s)
-            if what == "exit":
-                report.trigger = Trigger.EXIT.value
+            if what == Trigger.EXIT:
+                report.trigger = Trigger.EXIT
                 report.exit = ExitInfo(reason="exited while watched", pid=opts.pid)
                 report.verdict = classify.Verdict(
                     Kind.EXITED,
@@ -202,12 +204,12 @@ def _watch(opts: AttachOptions, report: Report) -> list[psutil.Process]:
                     evidence=[f"pid {opts.pid} vanished after {obs.loop.snapshots} looks"],
                 )
                 break
-            if what == "quiescent":
+            if what == Trigger.QUIESCENT:
                 reason = f"every thread blocked on the tree for {opts.quiescent_s:g}s"
                 if diagnose_tree(report, obs, Trigger.QUIESCENT, reason, opts.sampling, refusal):
                     break
                 continue  # it moved after all: watch on, within the duration
-            if what == "closed":
+            if what == Trigger.CLOSED:
                 members = closed_words(obs.loop.closed_members)
                 reason = f"{members}: nothing outside the set could wake it (a closed set)"
                 if diagnose_tree(report, obs, Trigger.CLOSED, reason, opts.sampling, refusal):
@@ -215,7 +217,7 @@ def _watch(opts: AttachOptions, report: Report) -> list[psutil.Process]:
                 continue
             grew = written_since(written, tree_written(tree_pids(opts.pid)))
             if grew:
-                report.trigger = Trigger.DURATION.value
+                report.trigger = Trigger.DURATION
                 report.exit = ExitInfo(reason="attach window ended", pid=opts.pid)
                 report.verdict = classify.Verdict(
                     Kind.TIMEOUT_PROGRESSING,

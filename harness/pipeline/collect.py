@@ -27,6 +27,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.execute.conditions import HostConditions
+from harness.filenames import REPORT_JSON
 from harness.outcome import USAGE
 from harness.pipeline.repeat import FAILED, Target, combined
 from harness.pipeline.sweep import Knob, SweepResult, conclude
@@ -42,7 +43,6 @@ MAX_DEPTH = 6  # a sweep's runs sit 5 below its folder (cells/NNN/runs/NNN/<run>
 MAX_REPORTS = 4096  # 16 full GitHub matrices
 MAX_ENTRIES = 200_000  # directory entries looked at, over all DIRs
 UNSET = "(none)"  # a coordinate a run does not have (no variant, no host profile)
-REPORT = "report.json"
 
 # a trainer argument the way a sweep passes `--set section.key=value`
 _SET_ARG = re.compile(r"--([A-Za-z_][\w-]*(?:\.[\w-]+)+)=(.*)", re.DOTALL)
@@ -100,7 +100,7 @@ def find_reports(dirs: Sequence[Path]) -> list[Path]:
     if not found:
         where = ", ".join(map(str, dirs))
         raise HarnessError(
-            f"no run report under {where} (a run's folder holds {REPORT}; looked "
+            f"no run report under {where} (a run's folder holds {REPORT_JSON}; looked "
             f"{MAX_DEPTH} levels deep)",
             USAGE,
         )
@@ -128,7 +128,7 @@ def _walk(top: Path, budget: _Budget) -> list[Path]:
                 "folders that hold the runs",
                 USAGE,
             )
-        report = next((e for e in entries if e.name == REPORT), None)
+        report = next((e for e in entries if e.name == REPORT_JSON), None)
         if report is not None:
             if report.is_symlink() or not report.is_file(follow_symlinks=False):
                 what = "a symbolic link" if report.is_symlink() else "not a regular file"

@@ -31,7 +31,7 @@ from harness.pipeline.repeat import (
 )
 from harness.report.matrix import Matrix
 from harness.report.runs import RunRow, row_from_error
-from harness.vocab import Decision
+from harness.vocab import Decision, TableKind
 
 AXIS = "variant"
 
@@ -62,7 +62,7 @@ class CompareResult:
 
     def matrix(self) -> Matrix:
         return Matrix(
-            mode="compare",
+            mode=TableKind.COMPARE,
             title=f"harness compare {self.env}",
             axes=[AXIS],
             rows=self.rows,

@@ -26,20 +26,17 @@ from typing import Any
 
 from harness.doctor.fingerprint import compare_fingerprints, shown
 from harness.execute.conditions import HostConditions
-from harness.pipeline.diffsides import REPEAT_FILE, REPORT_FILE, Side, Signature, read_side
+from harness.pipeline.diffsides import Side, read_side
 from harness.report.model import Report, plain
 from harness.stats import runs_to_separate, separated
 
 __all__ = [
     "DIFFERENT",
-    "REPEAT_FILE",
-    "REPORT_FILE",
     "SAME",
     "SCHEMA_VERSION",
     "Change",
     "DiffResult",
     "Side",
-    "Signature",
     "VerdictRow",
     "compare_verdicts",
     "diff_paths",

@@ -14,34 +14,19 @@ from typing import Any
 from harness import outcome
 from harness.contain import confined
 from harness.errors import HarnessError
+from harness.filenames import REPEAT_JSON, REPORT_JSON
 from harness.outcome import USAGE, Kind
 from harness.report.load import load_report
 from harness.report.matrix import SCHEMA_VERSION as AGGREGATE_SCHEMA_VERSION
 from harness.report.model import Report, plain
 from harness.report.reading import REPORT_JSON_LIMIT, read_json
 from harness.report.repeat import NOT_RAN
+from harness.report.signature import FailureSignature
 from harness.stats import Rate
+from harness.vocab import Mechanism
 
-REPORT_FILE = "report.json"
-REPEAT_FILE = "repeat.json"
 MAX_GROUPS = 1000  # failure groups read from an aggregate
 Bad = Callable[[str], HarnessError]
-
-
-@dataclass(frozen=True)
-class Signature:
-    """How runs failed: kind, mechanism, location and top cause (a repeat group's key)."""
-
-    kind: str
-    mechanism: str | None = None
-    location: str | None = None
-    cause: str | None = None
-
-    def text(self) -> str:
-        where = f" in {self.location}" if self.location else ""
-        how = f" ({self.mechanism})" if self.mechanism else ""
-        why = f" [{self.cause}]" if self.cause else ""
-        return f"{self.kind}{how}{where}{why}"
 
 
 @dataclass
@@ -53,8 +38,8 @@ class Side:
     what: str  # "report" | "repeat"
     report: Report | None
     counts: dict[Kind, int]
-    signatures: list[Signature]  # failures by signature, the most frequent first
-    verdict: Signature | None = None  # a single report's own verdict
+    signatures: list[FailureSignature]  # failures by signature, the most frequent first
+    verdict: FailureSignature | None = None  # a single report's own verdict
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -99,38 +84,30 @@ def read_side(path: Path) -> Side:
     """A report or a repeat aggregate at `path` (a folder or its file); one HarnessError
     line (USAGE) when it is neither, is damaged, or is newer than this harness reads."""
     if path.is_dir():
-        if (path / REPORT_FILE).exists() or (path / REPORT_FILE).is_symlink():
+        if (path / REPORT_JSON).exists() or (path / REPORT_JSON).is_symlink():
             return _report_side(path)
-        if (path / REPEAT_FILE).exists() or (path / REPEAT_FILE).is_symlink():
-            return _aggregate_side(path, REPEAT_FILE)
+        if (path / REPEAT_JSON).exists() or (path / REPEAT_JSON).is_symlink():
+            return _aggregate_side(path, REPEAT_JSON)
         raise HarnessError(
-            f"not a harness report or repeat aggregate: {path} has no {REPORT_FILE} "
-            f"or {REPEAT_FILE}",
+            f"not a harness report or repeat aggregate: {path} has no {REPORT_JSON} "
+            f"or {REPEAT_JSON}",
             USAGE,
         )
     if not path.exists() and not path.is_symlink():
         raise HarnessError(f"not a harness report or repeat aggregate: {path}: no such file")
-    if path.name == REPEAT_FILE:
+    if path.name == REPEAT_JSON:
         return _aggregate_side(path.parent, path.name)
     return _report_side(path)
 
 
 def _report_side(path: Path) -> Side:
     report = load_report(path)
-    v = report.verdict
-    if v is None:  # an abandoned or failed run: its status stands for its verdict
-        kind = Kind.INTERRUPTED if report.status == "interrupted" else Kind.ERROR
-        sig = Signature(str(kind))
+    sig = FailureSignature.of_report(report)
+    if report.verdict is None:  # an abandoned or failed run: its status stands for its verdict
         note = f"no verdict: the run is {report.status} at stage {report.stage}"
-        return Side(path, "report", report, {kind: 1}, [], sig, [note])
-    sig = Signature(
-        str(v.kind),
-        str(v.mechanism) if v.mechanism else None,
-        v.location,
-        v.causes[0].id if v.causes else None,
-    )
-    failed = [sig] if outcome.reproduces(v.kind) else []
-    return Side(path, "report", report, {v.kind: 1}, failed, sig)
+        return Side(path, "report", report, {sig.kind: 1}, [], sig, [note])
+    failed = [sig] if outcome.reproduces(sig.kind) else []
+    return Side(path, "report", report, {sig.kind: 1}, failed, sig)
 
 
 def _aggregate_side(folder: Path, name: str) -> Side:
@@ -174,10 +151,10 @@ def _kind_counts(value: Any, bad: Bad) -> dict[Kind, int]:
     return counts
 
 
-def _signatures(value: Any, bad: Bad) -> list[Signature]:
+def _signatures(value: Any, bad: Bad) -> list[FailureSignature]:
     if not isinstance(value, list):
         raise bad("groups: expected an array")
-    found: list[tuple[int, Signature]] = []
+    found: list[tuple[int, FailureSignature]] = []
     for i, g in enumerate(value[:MAX_GROUPS]):
         if not isinstance(g, dict) or not isinstance(g.get("kind"), str):
             raise bad(f"groups[{i}]: expected an object with a kind")
@@ -185,11 +162,16 @@ def _signatures(value: Any, bad: Bad) -> list[Signature]:
             kind = outcome.kind_of(g["kind"])
         except ValueError as exc:
             raise bad(f"groups[{i}].kind: {exc}") from None
-        parts = [g.get(k) for k in ("mechanism", "location", "cause")]
-        if not all(p is None or isinstance(p, str) for p in parts):
-            raise bad(f"groups[{i}]: mechanism, location and cause are strings or null")
+        location, cause = g.get("location"), g.get("cause")
+        if not all(p is None or isinstance(p, str) for p in (location, cause)):
+            raise bad(f"groups[{i}]: location and cause are strings or null")
+        try:
+            mechanism = None if g.get("mechanism") is None else Mechanism(g["mechanism"])
+        except ValueError:
+            raise bad(f"groups[{i}].mechanism: {g['mechanism']!r} is not a mechanism") from None
         count = g.get("count", 0)
-        found.append((count if isinstance(count, int) else 0, Signature(str(kind), *parts)))
+        sig = FailureSignature(kind, mechanism, location, cause)
+        found.append((count if isinstance(count, int) else 0, sig))
     return [s for _, s in sorted(found, key=lambda cs: -cs[0])]
 
 
@@ -210,7 +192,7 @@ def _first_run(
             target = confined(folder, rel, what=f"{folder}: the first run's report")
         except HarnessError:
             continue
-        if (target / REPORT_FILE).is_file():
+        if (target / REPORT_JSON).is_file():
             return load_report(target), []
     note = f"its first run's report {recorded} is not inside {folder}: settings not compared"
     return None, [note]

@@ -16,6 +16,7 @@ from harness.errors import HarnessError
 from harness.outcome import USAGE
 from harness.pipeline.options import RunOptions
 from harness.source.git import locate_checkout
+from harness.vocab import CheckKind, SourceKind, VariantKind
 
 
 def epoch_before_build(
@@ -28,7 +29,7 @@ def epoch_before_build(
     factors = [
         spec["per_epoch"]
         for spec in scenario.checks
-        if spec.get("kind") == "steps_reached"
+        if spec.get("kind") == CheckKind.STEPS_REACHED
         and spec.get("per_epoch")
         and (spec.get("pins") is None or any(n in spec["pins"] for n in pin.lineage))
     ]
@@ -51,7 +52,7 @@ def epoch_before_build(
 def _source_root(pin: Pin, checkout: Path | None) -> Path | None:
     if pin.source_root is not None:
         return pin.source_root
-    if pin.source.kind != "git":
+    if pin.source.kind != SourceKind.GIT:
         return None  # a PyPI sdist: its config is known once exported
     try:
         return locate_checkout(pin, checkout)
@@ -63,9 +64,9 @@ def _variant_touches(spec: str, pin: Pin, config_files: Sequence[str]) -> bool:
     """Whether the variant may change a config file: a ref (its diff is fetched later) or a
     patch whose diff names one."""
     for step in variants.parse_variant(spec, pin):
-        if step.kind == "ref":
+        if step.kind == VariantKind.REF:
             return True
-        if step.kind == "patch":
+        if step.kind == VariantKind.PATCH:
             # a pin alias's patch is read from the pin's folders only (HarnessError otherwise)
             path = variants.resolve_patch_path(step.arg, pin, step.alias)
             try:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness import contain
 from harness.analysis import endlogs
+from harness.filenames import BUILD_LOG
 from harness.report import store
 from harness.report.model import EVIDENCE_DIR, Report
 
@@ -43,7 +44,7 @@ def save_build_evidence(
     report: Report, tree: Path, log_path: Path, config_files: Sequence[str], env: str
 ) -> None:
     """The build log's tail and the config files the checks read, from the build tree."""
-    store.copy_evidence(report, "build_log", log_path, "build.log", tail_bytes=BUILD_LOG_TAIL)
+    store.copy_evidence(report, "build_log", log_path, BUILD_LOG, tail_bytes=BUILD_LOG_TAIL)
     for template in config_files:
         rel = template.format(env=env)
         if not inside(tree, rel):

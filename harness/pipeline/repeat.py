@@ -30,8 +30,8 @@ from harness.report.live import LiveProgress
 from harness.report.matrix import write_matrix
 from harness.report.repeat import RUN_AXIS, combine, repeat_matrix
 from harness.report.runs import RunRow
+from harness.vocab import AUTO
 
-AUTO = "auto"
 DEFAULT_CAP = 20  # --repeat auto: the most runs per cell unless --repeat-cap says otherwise
 AUTO_FIRST = 4  # --repeat auto: the first round per cell (n/n against 0/n separates at 4)
 FAILED = "failed: "  # a variant's build entry that says why it failed

@@ -25,6 +25,7 @@ from harness.errors import HarnessError, Interrupted
 from harness.execute import runner
 from harness.execute.conditions import check_available
 from harness.execute.watchdog import Limits
+from harness.filenames import OUTPUT_LOG
 from harness.files import write_failure
 from harness.outcome import BUILD_FAILED, USAGE, Kind, interrupted_code
 from harness.pipeline import hazards as hazard_stage
@@ -51,10 +52,11 @@ from harness.report.model import (
     VariantInfo,
     plain,
 )
+from harness.vocab import RunMode, RunStatus, Stage
 
 
 def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: Signatures) -> None:
-    report.trigger = outcome.trigger.value
+    report.trigger = outcome.trigger
     report.exit = ExitInfo(
         returncode=outcome.returncode,
         signal=outcome.signal,
@@ -139,7 +141,7 @@ def run_env(opts: RunOptions) -> tuple[Report, int]:
         check_whole_epochs(opts, scenario, pin, settings, opts.steps)
     store.check_report_dir(opts.report_dir)  # a folder that cannot hold a report: now, not after
     run_id = store.new_run_id(f"{scenario.env}-{opts.variant}")
-    report = Report(run_id, opts.report_dir / run_id, list(opts.harness_argv), "run").claim()
+    report = Report(run_id, opts.report_dir / run_id, list(opts.harness_argv), RunMode.RUN).claim()
     try:
         # from here on every exit path (a signal too) leaves a finished report
         with finishing(report):
@@ -168,7 +170,7 @@ def _start_report(
         report, "pin", "pin.json", json.dumps(plain(pin.raw), indent=2, default=str) + "\n"
     )
     store.copy_evidence(report, "scenario", scenario.file.resolve(), "scenario.toml")
-    store.save(report, "pin")
+    store.save(report, Stage.PIN)
 
 
 class RunInterrupted(Interrupted):
@@ -194,7 +196,7 @@ def finishing(report: Report) -> Iterator[None]:
             report.verdict = classify.Verdict(
                 Kind.BUILD_FAILED, f"build failed: {exc.message}", evidence=[exc.message]
             )
-        store.finish(report, "failed")
+        store.finish(report, RunStatus.FAILED)
         raise
     except Interrupted as exc:
         stage = report.stage
@@ -202,13 +204,13 @@ def finishing(report: Report) -> Iterator[None]:
         report.verdict = report.verdict or classify.Verdict(
             Kind.INTERRUPTED, f"interrupted at stage {stage}", signum=exc.signum
         )
-        store.finish(report, "interrupted")
+        store.finish(report, RunStatus.INTERRUPTED)
         if isinstance(exc, RunInterrupted):
             raise
         raise RunInterrupted(exc.signum, report, stage) from exc
     except Exception as exc:
         report.notes.append(f"harness error: {exc!r}")
-        store.finish(report, "failed")
+        store.finish(report, RunStatus.FAILED)
         raise
 
 
@@ -255,12 +257,12 @@ def _run_env_stages(
         cwd=run_dir,
         env=env,
         parser=pin.parser,
-        log_path=report.artifact("output.log"),
+        log_path=report.artifact(OUTPUT_LOG),
         conditions=opts.conditions,
     )
     report.command = CommandInfo(argv=argv, cwd=str(run_dir), env=overrides, steps=steps)
     _record_host(report, spec)
-    store.save(report, "run")
+    store.save(report, Stage.RUN)
     sampling = opts.sampling
     if not sampling.own_roots:
         sampling = runner.SampleOptions(**{**vars(sampling), "own_roots": (str(built.tree),)})
@@ -279,11 +281,11 @@ def _run_env_stages(
     endlog = save_endlog_evidence(report, run_dir, settings.upstream_env, outcome.started_at)
     if endlog is not None:
         report.progress.final_metrics = endlogs.log_metrics(endlog)
-    store.save(report, "check")
+    store.save(report, Stage.CHECK)
     verdict = report.verdict
     assert verdict is not None
     interrupted = _interrupted_code(outcome)
-    if verdict.kind != "pass":
+    if verdict.kind != Kind.PASS:
         # a hang, crash or error exit is the finding; its checks would only repeat it
         report.notes.append(f"checks not evaluated: the run ended in {verdict.kind}")
     elif interrupted is None:
@@ -308,7 +310,7 @@ def _run_env_stages(
         report.notes.append(f"config for checks read from {config_source}")
         checksmod.apply_to_verdict(verdict, report.checks)
     hazard_stage.judge(report, opts.expect_hazard)
-    store.finish(report, "interrupted" if interrupted else "complete")
+    store.finish(report, RunStatus.INTERRUPTED if interrupted else RunStatus.COMPLETE)
     return report, interrupted if interrupted is not None else verdict.exit_code
 
 
@@ -330,7 +332,9 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
     check_watch(opts)
     store.check_report_dir(opts.report_dir)  # a folder that cannot hold a report: now, not after
     run_id = store.new_run_id(f"watch-{Path(opts.argv[0]).name}")
-    report = Report(run_id, opts.report_dir / run_id, list(opts.harness_argv), "watch").claim()
+    report = Report(
+        run_id, opts.report_dir / run_id, list(opts.harness_argv), RunMode.WATCH
+    ).claim()
     limits = Limits(opts.timeout_s, opts.startup_s, opts.stall_s, opts.quiescent_s)
     report.limits = limits
     env = {**opts.conditions.env, **opts.trainer_env}  # presets under the command's --env
@@ -343,7 +347,7 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
         cwd=opts.cwd,
         env=spec_env,
         parser=opts.parser,
-        log_path=report.artifact("output.log"),
+        log_path=report.artifact(OUTPUT_LOG),
         conditions=opts.conditions,
     )
     _record_host(report, spec)
@@ -353,7 +357,7 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
         with finishing(report):
             if opts.hazards:
                 hazard_stage.prepare(report, spec_env, list(opts.argv), opts.cwd)
-            store.save(report, "run")
+            store.save(report, Stage.RUN)
             opts.progress.phase("run")
             outcome = runner.run_watched(
                 spec,
@@ -368,7 +372,7 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
             diagnose(report, None)
             hazard_stage.judge(report, opts.expect_hazard)
             interrupted = _interrupted_code(outcome)
-            store.finish(report, "interrupted" if interrupted else "complete")
+            store.finish(report, RunStatus.INTERRUPTED if interrupted else RunStatus.COMPLETE)
     finally:
         opts.progress.close()
     verdict = report.verdict

@@ -29,11 +29,13 @@ from harness.config.pin import Pin, load_pin, parse_pin
 from harness.config.scenario import Scenario, load_scenario
 from harness.contain import confined, open_regular
 from harness.errors import HarnessError
+from harness.filenames import OUTPUT_LOG, REPORT_JSON
 from harness.outcome import CHECK_FAILED, USAGE
 from harness.pipeline.options import CheckOptions
 from harness.report import reading, store
 from harness.report.model import CONFIG_EVIDENCE, EVIDENCE_DIR, RUN_EVIDENCE
 from harness.report.store import SavedStatus
+from harness.vocab import CheckStatus
 
 NOWHERE = Path("/nonexistent")
 NOT_REPRODUCIBLE = (
@@ -61,24 +63,24 @@ class SavedCheck:
 
     @property
     def failed(self) -> list[checksmod.CheckResult]:
-        return [r for r in self.results if r.status == "fail"]
+        return [r for r in self.results if r.status == CheckStatus.FAIL]
 
 
 def check_saved(opts: CheckOptions) -> SavedCheck:
     """Re-run a scenario's checks on a saved report or output log, without the trainer."""
     target = opts.target
-    report_json = target / "report.json" if target.is_dir() else target
+    report_json = target / REPORT_JSON if target.is_dir() else target
     status: SavedStatus | None = None
     saved: dict[str, object] = {}
     # a report.json that is a link, a FIFO or a device is refused by load_status, not
     # mistaken for a raw output log
-    if report_json.name == "report.json" and (report_json.exists() or report_json.is_symlink()):
+    if report_json.name == REPORT_JSON and (report_json.exists() or report_json.is_symlink()):
         status = store.load_status(report_json)
         if status.abandoned:  # a running report whose harness died: record it, if we may
             with contextlib.suppress(OSError):  # a read-only artifact is still checked
                 status = store.mark_abandoned(status)
         saved = status.data
-        log = report_json.with_name("output.log")
+        log = report_json.with_name(OUTPUT_LOG)
     elif target.exists() and not target.is_dir():
         log = target  # a FIFO or a device is refused when it is read
     else:

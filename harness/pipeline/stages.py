@@ -22,7 +22,7 @@ from harness.report.live import LiveProgress
 from harness.report.model import Report
 from harness.source import source_for, verify_source
 from harness.source.verify import Verification
-from harness.vocab import SourceStatus
+from harness.vocab import SourceStatus, Stage
 
 
 def prepare_tree(
@@ -86,21 +86,21 @@ def verify_prepare_build(
         verification, root = verify_source(pin, checkout)
     if report is not None and report.pin is not None:
         report.pin.verification = {**asdict(verification), "summary": verification.describe()}
-    if verification.status == "drift" and not allow_drift:
+    if verification.status == SourceStatus.DRIFT and not allow_drift:
         raise HarnessError(
             f"pin {pin.name}: source does not match the pin ({verification.describe()}); "
             "run `harness pin verify` for details or pass --allow-drift",
             USAGE,
         )
     if report is not None:
-        store.save(report, "prepare")
+        store.save(report, Stage.PREPARE)
     progress.phase("prepare", variant)
     prepared, applied = prepare_tree(pin, root, variant, commit)
     if report is not None:
         if report.variant is not None:
             report.variant.steps = list(applied.steps)
             report.variant.changes = list(applied.changes)
-        store.save(report, "build")
+        store.save(report, Stage.BUILD)
     progress.phase("build", f"{pin.name} {env}")
     result = buildmod.build(prepared, pin, env, applied.build_env)
     return Built(verification, applied, result)

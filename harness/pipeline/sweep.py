@@ -39,7 +39,7 @@ from harness.pipeline.repeat import (
 )
 from harness.report.matrix import Matrix
 from harness.report.runs import RunRow, row_from_error
-from harness.vocab import AxisKind
+from harness.vocab import AxisKind, TableKind
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class SweepResult:
 
     def matrix(self) -> Matrix:
         return Matrix(
-            mode="sweep",
+            mode=TableKind.SWEEP,
             title=f"harness sweep {self.env}",
             axes=[k.label for k in self.knobs],
             rows=self.rows,

@@ -24,6 +24,7 @@ import psutil
 
 from harness.process import reaper
 from harness.process.proctree import kill_tree
+from harness.vocab import StackToolName
 
 # what ptrace-based tools (gdb, eu-stack, py-spy) print when the kernel refuses to attach
 PERMISSION_DENIED_MARKERS = ("operation not permitted", "permission denied", "eperm")
@@ -39,7 +40,7 @@ def find_tool(name: str, path: str | None = None) -> str | None:
     interpreter: it is a pip dependency, so it sits in the venv's bin, which is not on PATH
     when the harness is run as `.venv/bin/harness`."""
     found = shutil.which(name, path=path)
-    if found is None and name == "py-spy":
+    if found is None and name == StackToolName.PY_SPY:
         candidate = Path(sys.executable).parent / name
         found = str(candidate) if os.access(candidate, os.X_OK) else None
     return found

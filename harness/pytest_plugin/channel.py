@@ -20,6 +20,7 @@ from typing import Any
 
 from harness.files import atomic_write
 from harness.pytest_plugin.pinned import P
+from harness.vocab import Trigger
 
 RESUME_ENV = "HANG_WATCH_RESUME"  # the journal a session started again reads (resume)
 HIDDEN_DIR = ".hang-watch"  # under --hang-report-dir: verdict files, the watcher's log
@@ -52,7 +53,7 @@ class Hang:
     seq: int  # the phase message it is about
     nodeid: str
     when: str
-    trigger: str  # "quiescent" or "wall"
+    trigger: Trigger  # quiescent or wall
     after_s: float  # from the phase's start to the trigger
     kind: str
     summary: str
@@ -68,7 +69,7 @@ class Hang:
         cause = f"{self.cause_id}: {self.cause_title}" if self.cause_id else "none found"
         how = (
             f"quiescent {self.after_s:.1f}s into {self.when}"
-            if self.trigger == "quiescent"
+            if self.trigger == Trigger.QUIESCENT
             else f"still in {self.when} after {self.after_s:.0f}s (--hang-timeout)"
         )
         return (
@@ -87,7 +88,7 @@ class Hang:
                 seq=int(data["seq"]),
                 nodeid=str(data["nodeid"]),
                 when=str(data["when"]),
-                trigger=str(data["trigger"]),
+                trigger=Trigger(data["trigger"]),
                 after_s=float(data["after_s"]),
                 kind=str(data["kind"]),
                 summary=str(data["summary"]),

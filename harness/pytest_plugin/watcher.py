@@ -48,7 +48,7 @@ from harness.pytest_plugin import channel, procstart
 from harness.pytest_plugin.observe import PluginObserver
 from harness.pytest_plugin.phasemem import PhaseMemory
 from harness.pytest_plugin.restart import append_hung, traced_exec
-from harness.vocab import Trigger
+from harness.vocab import RunMode, RunStatus, Stage, Trigger
 
 POLL_S = 0.1  # the loop's step (messages, the phase); the tree is looked at every `look_every`
 ANSWER_S = 6.0  # the plugin answers within its 2 s interrupt wait plus the cleanup
@@ -201,7 +201,7 @@ class Watcher:
         self.link.send({"t": "busy"}, timeout=0)  # the plugin allows a diagnosis longer
         try:
             report = start_report(
-                self.report_dir, label, "pytest", self.argv, psutil.Process(self.pid)
+                self.report_dir, label, RunMode.PYTEST, self.argv, psutil.Process(self.pid)
             )
         except (psutil.Error, HarnessError) as exc:
             print(f"hang-watch: no report for {phase.nodeid}: {exc}", file=sys.stderr)
@@ -210,11 +210,11 @@ class Watcher:
         # asked now: the plugin lets the watcher trace once it knows its pid (yama scope 1)
         refusal = ptrace_refusal(self.pid)
         with finishing(report):
-            store.save(report, "run")
+            store.save(report, Stage.RUN)
             if not diagnose_tree(report, self.obs, trigger, reason, SampleOptions(), refusal):
                 shutil.rmtree(report.directory, ignore_errors=True)
                 return
-            store.finish(report, "complete")
+            store.finish(report, RunStatus.COMPLETE)
         verdict = report.verdict
         assert verdict is not None
         top = verdict.causes[0] if verdict.causes else None
@@ -222,7 +222,7 @@ class Watcher:
             seq=phase.seq,
             nodeid=phase.nodeid,
             when=phase.when,
-            trigger=trigger.value,
+            trigger=trigger,
             after_s=after,
             kind=str(verdict.kind),
             summary=verdict.summary[:MAX_TEXT],

@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from harness import outcome
+from harness.filenames import OUTPUT_LOG, REPORT_JSON, REPORT_MD, STACKS_TXT
 from harness.outcome import Kind
 from harness.report.model import Report
 from harness.sampling.model import WAKE_EVIDENCE
@@ -59,7 +60,7 @@ def next_step(r: Report, kind: str) -> str:
     """One thing the reader can do now with what this run found; it names only files that
     exist (a --no-sample hang has no stacks.txt)."""
     where = r.directory
-    stacks = where / "stacks.txt"
+    stacks = where / STACKS_TXT
     look = f"stacks: {stacks}; " if stacks.exists() else ""
     v = r.verdict
     command = next((c.command for c in (v.causes if v else [])[:1] if c.command), "")
@@ -70,17 +71,17 @@ def next_step(r: Report, kind: str) -> str:
     if kind == Kind.HANG:
         if stacks.exists():
             return f"every thread's stack: {stacks}"
-        return f"the command's whole output: {where / 'output.log'}"
+        return f"the command's whole output: {where / OUTPUT_LOG}"
     if kind in (Kind.CRASH, Kind.ERROR_EXIT):
-        return f"the command's whole output: {where / 'output.log'}"
+        return f"the command's whole output: {where / OUTPUT_LOG}"
     if kind == Kind.CHECK_FAILED:
         # report.md may be what a full disk left unwritten; report.json is written first
-        md = where / "report.md"
-        shown = md if md.exists() else where / "report.json"
+        md = where / REPORT_MD
+        shown = md if md.exists() else where / REPORT_JSON
         return f"every check with its observed value and bound: {shown}"
     if r.hazards is not None and r.hazards.hazards:
-        md = where / "report.md"
-        shown = md if md.exists() else where / "report.json"
+        md = where / REPORT_MD
+        shown = md if md.exists() else where / REPORT_JSON
         return f"each hazard's stacks, threads and locks: {shown}"
     if kind == Kind.BUILD_FAILED and r.build:
         return f"the build log: {r.build.log_path}"

@@ -23,9 +23,11 @@ from typing import TextIO
 
 from harness import outcome
 from harness.analysis.classify import located_frame, path_in_tree
+from harness.outcome import Kind
 from harness.report import markdown
 from harness.report.model import Report
 from harness.text import terminal_safe
+from harness.vocab import CheckStatus, SourceKind
 
 
 def active(environ: Mapping[str, str] | None = None) -> bool:
@@ -54,7 +56,7 @@ def _source_root(r: Report, environ: Mapping[str, str]) -> Path | None:
     the checkout for a git source (HARNESS_CHECKOUT), else unknown."""
     if r.pin is None:
         return None
-    if r.pin.source.get("kind") == "path" and r.pin.file:
+    if r.pin.source.get("kind") == SourceKind.PATH and r.pin.file:
         return (Path(r.pin.file).parent / str(r.pin.source.get("path", ""))).resolve()
     checkout = environ.get("HARNESS_CHECKOUT")
     return Path(checkout).resolve() if checkout else None
@@ -87,7 +89,7 @@ def workflow_commands(r: Report, environ: Mapping[str, str] | None = None) -> li
     line for other failures), a warning per failed check."""
     v = r.verdict
     out: list[str] = []
-    if v is not None and outcome.is_failure(v.kind) and v.kind != "check-failed":
+    if v is not None and outcome.is_failure(v.kind) and v.kind != Kind.CHECK_FAILED:
         title = terminal_safe(f"harness {r.mode} {r.title}: {v.kind}")
         summary = terminal_safe(v.summary)
         where = located_line(r, environ)
@@ -99,7 +101,7 @@ def workflow_commands(r: Report, environ: Mapping[str, str] | None = None) -> li
         title = terminal_safe(f"harness {r.mode} {r.title}: hazard {h.kind.value}")
         out.append(command("warning", terminal_safe(h.line()), title=title))
     for c in r.checks:
-        if c.status == "fail":
+        if c.status == CheckStatus.FAIL:
             message = terminal_safe(f"{c.name}: observed {c.observed}, bound {c.bound}")
             title = terminal_safe(f"harness check {r.title}")
             out.append(command("warning", message, title=title))
@@ -122,14 +124,14 @@ def summary_markdown(r: Report) -> str:
     if r.variant is not None:
         rows.append(("variant", r.variant.spec))
     if r.checks:
-        failed = sum(c.status == "fail" for c in r.checks)
+        failed = sum(c.status == CheckStatus.FAIL for c in r.checks)
         rows.append(("checks", f"{len(r.checks) - failed}/{len(r.checks)} passed"))
     if r.hazards is not None:  # a pass too: the hazard is in every run (docs/hazards.md)
         rows.append(("hazards", r.hazards.line()))
         rows += [("", h.line()) for h in r.hazards.hazards[1:4]]
     rows.append(("report", str(r.directory)))
     lines += markdown.table(("", ""), rows)
-    failed_checks = [c for c in r.checks if c.status == "fail"]
+    failed_checks = [c for c in r.checks if c.status == CheckStatus.FAIL]
     if failed_checks:
         lines += ["", "Failed checks:", ""]
         lines += markdown.table(

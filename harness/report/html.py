@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from harness.filenames import REPORT_HTML, REPORT_JSON
+from harness.outcome import Kind
 from harness.report.html_page import code, e, facts, kind_class, page, section, table
 from harness.report.html_stacks import render_stack_tree
 from harness.report.html_timeline import render_timeline
 from harness.report.model import Report
 from harness.report.runs import RunRow
 from harness.text import html_text as escape
+from harness.vocab import AxisKind, CheckStatus, FileStatus, RunStatus
 
 # ---------------------------------------------------------------- the verdict
 
@@ -82,7 +85,7 @@ def verdict_block(r: Report) -> str:
         causes = getattr(v, "causes", None)
         if isinstance(causes, list | tuple) and causes:
             out.append(causes_block(causes))
-    elif r.status != "complete":
+    elif r.status != RunStatus.COMPLETE:
         out.append(
             f'<span class="summary">the run is {escape(r.status)} at stage {escape(r.stage)}</span>'
         )
@@ -129,7 +132,7 @@ def checks_section(r: Report) -> str:
     if not r.checks:
         return '<p class="muted">No checks.</p>'
     context = ""
-    if r.kind not in ("pass", "check-failed"):
+    if r.kind not in (Kind.PASS, Kind.CHECK_FAILED):
         context = '<p class="muted">Context only: the run did not finish.</p>'
     rows = (
         (
@@ -141,7 +144,7 @@ def checks_section(r: Report) -> str:
         )
         for c in r.checks
     )
-    failed = sum(c.status == "fail" for c in r.checks)
+    failed = sum(c.status == CheckStatus.FAIL for c in r.checks)
     head = f"<p>{len(r.checks) - failed}/{len(r.checks)} passed</p>"
     return head + context + table(("check", "status", "observed", "bound", "message"), rows)
 
@@ -170,7 +173,7 @@ def pin_section(r: Report) -> str:
     out = [facts(rows)]
     files = [f for f in ver.get("files") or [] if isinstance(f, Mapping)]
     if files:
-        bad = [f for f in files if f.get("status") != "match"]
+        bad = [f for f in files if f.get("status") != FileStatus.MATCH]
         cells = (
             (
                 f"<td class='mono'>{e(f.get('path'))}</td>",
@@ -229,7 +232,7 @@ def output_section(r: Report) -> str:
 
 def files_section(r: Report, page_dir: Path | None = None) -> str:
     """Links to the report folder's files, relative to where the page is written."""
-    names = ["report.json", *r.files(), *sorted(r.evidence.values())]
+    names = [REPORT_JSON, *r.files(), *sorted(r.evidence.values())]
     present = [n for n in dict.fromkeys(names) if (r.directory / n).exists()]
     if not present:
         return '<p class="muted">No other files next to this page.</p>'
@@ -296,7 +299,7 @@ def _href(row: RunRow, index_dir: Path) -> str | None:
     """The row's report.html as a link from the index page (None: the run left no report)."""
     if not row.report_dir:
         return None
-    return relative_link(Path(row.report_dir) / "report.html", index_dir)
+    return relative_link(Path(row.report_dir) / REPORT_HTML, index_dir)
 
 
 def _badge(row: RunRow, href: str | None) -> str:
@@ -308,8 +311,8 @@ def _badge(row: RunRow, href: str | None) -> str:
 def _pivot(rows: Sequence[RunRow], axes: Sequence[str], hrefs: Sequence[str | None]) -> str:
     """variant × the other coordinates (a commit, a cell of knob values), when both have
     more than one value."""
-    others = [a for a in axes if a != "variant"]
-    if "variant" not in axes or not others:
+    others = [a for a in axes if a != AxisKind.VARIANT]
+    if AxisKind.VARIANT not in axes or not others:
         return ""
 
     def key(r: RunRow) -> str:

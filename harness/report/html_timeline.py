@@ -25,6 +25,7 @@ from harness.report.timeline import (
 )
 from harness.sampling.model import SampleSet
 from harness.text import html_text as escape
+from harness.vocab import Trigger
 
 WIDTH = 1000
 GUTTER = 210  # labels on the left
@@ -116,13 +117,13 @@ def _windows(r: Report, m: Moments) -> list[tuple[float, float, str, str]]:
         until = min(until, m.trigger)
     out.append((0.0, until, "win-startup", f"startup {lim.startup_s:g} s"))
     stall = f"stall {lim.stall_s:g} s"
-    if r.trigger == "stall" and m.trigger is not None:
+    if r.trigger == Trigger.STALL and m.trigger is not None:
         out.append((max(m.trigger - lim.stall_s, 0.0), m.trigger, "win-stall", stall))
     elif m.progress and m.all_progress_known:
         last = m.progress[-1]
         end = m.trigger if m.trigger is not None else (m.end or last)
         out.append((last, min(last + lim.stall_s, max(end, last)), "win-stall", stall))
-    if r.trigger == "quiescent" and m.trigger is not None and lim.quiescent_s > 0:
+    if r.trigger == Trigger.QUIESCENT and m.trigger is not None and lim.quiescent_s > 0:
         a = max(m.trigger - lim.quiescent_s, 0.0)
         out.append((a, m.trigger, "win-quiet", f"quiescent {lim.quiescent_s:g} s"))
     return out
@@ -333,7 +334,11 @@ def render_timeline(r: Report) -> str:
     notes = []
     if r.limits is not None and r.limits.wall_s > run_sc.hi:
         notes.append(f"wall limit {r.limits.wall_s:g} s: beyond the run")
-    if m.trigger is not None and r.trigger not in ("startup", "wall") and not watched(r.samples):
+    if (
+        m.trigger is not None
+        and r.trigger not in (Trigger.STARTUP, Trigger.WALL)
+        and not watched(r.samples)
+    ):
         notes.append("the trigger's time is the run's end less the sampling time")
     if r.samples is not None and not r.samples.timeline:
         notes.append("threads were looked at only after the trigger (dotted lines)")

@@ -43,12 +43,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from harness import vocab
 from harness.errors import HarnessError
 from harness.execute.watchdog import Limits
+from harness.filenames import REPORT_JSON
 from harness.outcome import INTERRUPTED_BASE, Kind
-from harness.report.model import MODES, Report
+from harness.report.model import Report
 from harness.report.reading import check_schema_version, read_report_json
 from harness.sampling import frames as _frames  # noqa: F401  (Frame's subclasses, by JSON keys)
+from harness.vocab import RunMode
 
 # report.json keys that are not Report fields: derived when written
 _DERIVED = frozenset({"schema_version", "harness_version", "artifacts", "directory"})
@@ -82,13 +85,13 @@ def load_report(path: Path) -> Report:
 def report_from_json(data: dict[str, Any], directory: Path, source: Path | None = None) -> Report:
     """The typed report from report.json's data; `directory` is where its files are now;
     `source` names the file in errors (default: directory/report.json)."""
-    source = source or directory / "report.json"
+    source = source or directory / REPORT_JSON
     check_schema_version(data, source)
     fields = {k: v for k, v in data.items() if k not in _DERIVED}
     fields.setdefault("run_id", directory.name)
     fields.setdefault("harness_argv", [])
-    if fields.get("mode") not in MODES:
-        fields["mode"] = "watch" if data.get("env") is None else "run"
+    if fields.get("mode") not in vocab.values(RunMode):
+        fields["mode"] = RunMode.WATCH if data.get("env") is None else RunMode.RUN
     # `{}` is how to_json writes an absent pin, variant, command, limits or exit
     for key in ("pin", "variant", "command", "limits", "exit"):
         if fields.get(key) == {}:
@@ -348,7 +351,9 @@ def _member(tp: type[enum.Enum], value: Any) -> Any:
     except ValueError:
         words = ", ".join(str(m.value) for m in tp)
         shown = json.dumps(value)[:60]
-        raise _Mismatch(f"{shown} is not a {tp.__name__} this harness knows ({words})") from None
+        raise _Mismatch(
+            f"{shown} is not a {tp.__name__} this harness knows: it is not one of {words}"
+        ) from None
 
 
 def _empty(tp: Any) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from harness.filenames import JUNIT_XML, OUTPUT_LOG, REPORT_JSON, SAMPLES_JSON, STACKS_TXT
 from harness.report.model import Report
 from harness.text import markdown_code as code
 from harness.text import markdown_text
@@ -123,7 +124,7 @@ def render_report(r: Report) -> str:
         lines += _hazard_lines(r)
     if r.notes:
         lines += ["", "## Notes", ""] + [f"- {md(n, True)}" for n in r.notes]
-    present = [name for name in ("report.json", *_files(r)) if name]
+    present = [name for name in (REPORT_JSON, *_files(r)) if name]
     lines += ["", f"Artifacts: {', '.join(present)}", ""]
     return "\n".join(lines)
 
@@ -139,7 +140,7 @@ def _hazard_lines(r: Report) -> list[str]:
 
 
 def _files(r: Report) -> list[str]:
-    names = ["output.log", "junit.xml"]
+    names = [OUTPUT_LOG, JUNIT_XML]
     if r.samples is not None:
-        names += ["stacks.txt", "samples.json"]
-    return [n for n in names if n == "junit.xml" or r.artifact(n).exists()]
+        names += [STACKS_TXT, SAMPLES_JSON]
+    return [n for n in names if n == JUNIT_XML or r.artifact(n).exists()]

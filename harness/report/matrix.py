@@ -19,11 +19,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness import outcome
+from harness.filenames import INDEX_HTML, REPORT_HTML, table_json, table_md
 from harness.files import atomic_write
 from harness.report import github, markdown
 from harness.report.html import render_index
 from harness.report.runs import RunRow
 from harness.text import terminal_safe
+from harness.vocab import TableKind
 
 SCHEMA_VERSION = 1
 
@@ -67,7 +69,7 @@ RUNS_COLUMN = Column("runs", _runs_text)
 class Matrix:
     """A multi-run command's table: `mode` names its files (compare.json, sweep.md …)."""
 
-    mode: str
+    mode: TableKind
     title: str  # "harness compare breakout"
     axes: list[str]  # the coordinates that vary, in column order
     rows: list[RunRow]
@@ -119,7 +121,7 @@ class Matrix:
 
 def write_index(m: Matrix, out: Path) -> Path:
     """index.html in `out`, each row linked to its run's report.html."""
-    path = out / "index.html"
+    path = out / INDEX_HTML
     atomic_write(path, render_index(m.title, m.rows, m.axes, out, m.conclusion))
     return path
 
@@ -135,11 +137,11 @@ def write_matrix(
     """Every file of a multi-run command in `out`, and the step summary under Actions; with
     `also_report_html`, index.html is report.html too (the aggregate of repeated runs is the
     folder's report)."""
-    atomic_write(out / f"{m.mode}.json", json.dumps(m.to_json(out), indent=2) + "\n")
-    atomic_write(out / f"{m.mode}.md", m.markdown())
+    atomic_write(out / table_json(m.mode), json.dumps(m.to_json(out), indent=2) + "\n")
+    atomic_write(out / table_md(m.mode), m.markdown())
     index = write_index(m, out)
     if also_report_html:
-        atomic_write(out / "report.html", index.read_text(encoding="utf-8"))
+        atomic_write(out / REPORT_HTML, index.read_text(encoding="utf-8"))
     if step_summary:  # a cell of a larger table is not published on its own
         publish(m)
 

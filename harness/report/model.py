@@ -9,7 +9,7 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import psutil
 
@@ -20,19 +20,12 @@ from harness.build import BuildResult
 from harness.doctor.fingerprint import HostFingerprint
 from harness.execute.conditions import HostConditions
 from harness.execute.watchdog import Limits
+from harness.filenames import REPORT_JSON
 from harness.hazards.model import HazardReport
 from harness.sampling.model import SampleSet
+from harness.vocab import RunMode, RunStatus, Stage, Trigger
 
 SCHEMA_VERSION = 2  # 2: trigger `closed`, samples.wake (links[].via), verdict.wake_chain, hazards
-# run: `harness run`; watch: `harness watch`; attach: `harness attach PID`; pytest: a hung
-# test seen by the pytest plugin's watcher (`pytest --hang-watch`)
-Mode = Literal["run", "watch", "attach", "pytest"]
-MODES: tuple[Mode, ...] = ("run", "watch", "attach", "pytest")
-# running: the harness is at it; abandoned: it died without finishing the report (found out
-# by whoever opens the report later: report.store.load_status)
-Status = Literal["running", "complete", "interrupted", "failed", "abandoned"]
-# the stages a run passes, in order; report.json is rewritten at each
-Stage = Literal["start", "pin", "prepare", "build", "run", "check", "done"]
 EVIDENCE_DIR = "evidence"  # what the checks read, copied into the report (docs/report-schema.md)
 # under it: the build tree's config files at their relative paths, and the run's end-of-run
 # log as the trainer's working folder held it (logs/<env>/)
@@ -164,9 +157,9 @@ class Report:
     run_id: str
     directory: Path
     harness_argv: list[str]
-    mode: Mode
-    status: Status = "running"
-    stage: Stage = "start"
+    mode: RunMode
+    status: RunStatus = RunStatus.RUNNING
+    stage: Stage = Stage.START
     env: str | None = None
     pin: PinInfo | None = None
     variant: VariantInfo | None = None
@@ -174,7 +167,7 @@ class Report:
     command: CommandInfo | None = None
     limits: Limits | None = None
     timings: Timings = field(default_factory=Timings)
-    trigger: str | None = None
+    trigger: Trigger | None = None
     exit: ExitInfo | None = None
     progress: Progress = field(default_factory=Progress)
     verdict: Verdict | None = None
@@ -217,7 +210,7 @@ class Report:
         return [
             p.name
             for p in entries
-            if p.is_file() and not p.name.startswith(".") and p.name != "report.json"
+            if p.is_file() and not p.name.startswith(".") and p.name != REPORT_JSON
         ]
 
     def claim(self) -> Report:

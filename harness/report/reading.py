@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.contain import confined, read_regular
 from harness.errors import HarnessError
+from harness.filenames import REPORT_JSON
 from harness.outcome import USAGE
 from harness.report.model import SCHEMA_VERSION
 
@@ -24,7 +25,7 @@ SCHEMA_VERSIONS_READ = tuple(range(1, SCHEMA_VERSION + 1))
 def read_report_json(path: Path) -> tuple[Path, dict[str, Any]]:
     """report.json (of a folder, or the file) read bounded and checked for nesting and its
     schema_version: (its path, its object). Not yet mapped onto the model."""
-    report_json = path / "report.json" if path.is_dir() else path
+    report_json = path / REPORT_JSON if path.is_dir() else path
     if not report_json.exists() and not report_json.is_symlink():
         where = f"{path} has no report.json" if path.is_dir() else f"{path}: no such file"
         raise HarnessError(f"not a harness report: {where}", USAGE)

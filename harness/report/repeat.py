@@ -19,8 +19,11 @@ from typing import Any
 from harness import outcome
 from harness.outcome import Kind
 from harness.report.matrix import Matrix
+from harness.report.model import plain
 from harness.report.runs import RunRow
+from harness.report.signature import FailureSignature
 from harness.stats import Rate, pct
+from harness.vocab import TableKind
 
 RUN_AXIS = "run"
 NOT_RAN = frozenset({Kind.ERROR, Kind.INTERRUPTED, Kind.BUILD_FAILED})
@@ -42,40 +45,24 @@ def kind_rate(rows: Sequence[RunRow], kind: Kind) -> Rate:
 
 @dataclass(frozen=True)
 class Group:
-    """Failures with one signature: kind, mechanism, location and top cause."""
+    """The failures with one signature, how many, and the first of them."""
 
-    kind: Kind
-    mechanism: str | None
-    location: str | None
-    cause: str | None
+    signature: FailureSignature
     count: int
     first_run: str | None  # the report folder of its first member
 
-    def label(self) -> str:
-        where = f" in {self.location}" if self.location else ""
-        why = f" ({self.cause})" if self.cause else ""
-        return f"{self.kind}{where}{why}"
-
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": str(self.kind),
-            "mechanism": self.mechanism,
-            "location": self.location,
-            "cause": self.cause,
-            "count": self.count,
-            "first_run": self.first_run,
-        }
+        return {**plain(self.signature), "count": self.count, "first_run": self.first_run}
 
 
 def groups(rows: Sequence[RunRow]) -> list[Group]:
     """The single runs that failed, by signature, the largest group first (ties: first
     seen). Rows that combine runs contribute their own groups through `combine` instead."""
-    seen: dict[tuple[Kind, str | None, str | None, str | None], list[RunRow]] = {}
+    seen: dict[FailureSignature, list[RunRow]] = {}
     for r in rows:
         if outcome.reproduces(r.kind):
-            key = (r.kind, str(r.mechanism) if r.mechanism else None, r.location, r.cause)
-            seen.setdefault(key, []).append(r)
-    found = [Group(*key, len(members), members[0].report_dir) for key, members in seen.items()]
+            seen.setdefault(r.signature, []).append(r)
+    found = [Group(sig, len(members), members[0].report_dir) for sig, members in seen.items()]
     return sorted(found, key=lambda g: -g.count)
 
 
@@ -90,20 +77,21 @@ def summary_line(rows: Sequence[RunRow]) -> str:
     if not found:
         lo, hi = failure_rate(rows).ci95
         return f"pass {n}/{n}: no failure (failure rate 95% CI {pct(lo, '')}–{pct(hi)})"
-    top = found[0].kind
-    same = [g for g in found if g.kind is top]
+    top = found[0].signature.kind
+    same = [g.signature for g in found if g.signature.kind is top]
     text = kind_rate(rows, top).text()
     if len(same) == 1:
         where = same[0]
         place = f" — all in {where.location}" if where.location else " — all alike"
         place += f" ({where.cause})" if where.cause else ""
     else:
-        place = " — " + ", ".join(f"{g.count} in {g.location or '?'}" for g in same)
-    others = [g for g in found if g.kind is not top]
+        counted = [g for g in found if g.signature.kind is top]
+        place = " — " + ", ".join(f"{g.count} in {g.signature.location or '?'}" for g in counted)
+    others = [g for g in found if g.signature.kind is not top]
     if others:
         rest = Counter[Kind]()
         for g in others:
-            rest[g.kind] += g.count
+            rest[g.signature.kind] += g.count
         place += "; also " + ", ".join(f"{k} {c}/{n}" for k, c in rest.items())
     return f"{top} {text}{place}"
 
@@ -117,7 +105,7 @@ def exit_code(rows: Sequence[RunRow]) -> int:
             return r.exit_code
     found = groups(rows)
     if found:
-        return outcome.exit_code(found[0].kind)
+        return outcome.exit_code(found[0].signature.kind)
     kinds = [k for r in rows for k in r.kinds if k not in NOT_RAN]
     if kinds:  # no failure sought: a pass, unless a run ended otherwise (too slow)
         other = next((k for k in kinds if k is not Kind.PASS), None)
@@ -193,9 +181,12 @@ def repeat_matrix(
     """The table of one repeated cell: a row per run, the aggregate as the conclusion and
     in repeat.json's own keys (`out`: the folder, to name each group's first run in it)."""
     said = [summary_line(rows)]
-    said += [f"{g.count} × {g.label()} — first: {_inside(g.first_run, out)}" for g in groups(rows)]
+    said += [
+        f"{g.count} × {g.signature.text()} — first: {_inside(g.first_run, out)}"
+        for g in groups(rows)
+    ]
     return Matrix(
-        mode="repeat",
+        mode=TableKind.REPEAT,
         title=title,
         axes=[RUN_AXIS],
         rows=list(rows),

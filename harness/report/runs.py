@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.filenames import REPORT_JSON
 from harness.outcome import Kind
 from harness.report.load import load_report
 from harness.report.model import Report, plain
-from harness.vocab import CheckStatus, Mechanism
+from harness.report.signature import FailureSignature, standing_kind
+from harness.vocab import AxisKind, CheckStatus, Mechanism
 
 EVIDENCE_LINES = 8  # a row keeps the verdict's first evidence lines; the report has them all
 
@@ -56,6 +58,10 @@ class RunRow:
     hazard: str | None = None
 
     @property
+    def signature(self) -> FailureSignature:
+        return FailureSignature(self.kind, self.mechanism, self.location, self.cause)
+
+    @property
     def kinds(self) -> dict[Kind, int]:
         """The runs by verdict kind: the counts, or every run as the row's kind."""
         return dict(self.counts) if self.counts else {self.kind: self.runs}
@@ -64,7 +70,7 @@ class RunRow:
         """The row's value in column `label` (the variant also when it is not a knob)."""
         if label in self.values:
             return self.values[label]
-        return (self.variant or None) if label == "variant" else None
+        return (self.variant or None) if label == AxisKind.VARIANT else None
 
     def rate(self, kind: Kind) -> float:
         """The share of the row's runs that ended as `kind` (1.0 or 0.0 for one run)."""
@@ -110,7 +116,7 @@ def row_from_report(
         why = report.notes[-1] if report.notes else ""
         row.summary = why or f"the run is {report.status} at stage {report.stage}"
         row.error = row.summary
-        row.kind = Kind.INTERRUPTED if report.status == "interrupted" else Kind.ERROR
+        row.kind = standing_kind(report)
     else:
         row.kind = v.kind
         row.mechanism = v.mechanism
@@ -147,7 +153,7 @@ def load_row(
 ) -> RunRow:
     """The row of a run a child harness reported in `folder` (a report folder, or a folder
     holding exactly one); `why_not` is the error when there is no readable report."""
-    found = [folder] if (folder / "report.json").is_file() else []
+    found = [folder] if (folder / REPORT_JSON).is_file() else []
     found = found or sorted(p.parent for p in folder.glob("*/report.json"))
     if len(found) != 1:
         return row_from_error(why_not, exit_code, values, variant)

@@ -27,22 +27,16 @@ import psutil
 
 from harness import contain
 from harness.errors import HarnessError
+from harness.filenames import REPORT_JSON
 from harness.files import atomic_write, write_failure
 from harness.outcome import USAGE
 from harness.report import writers
-from harness.report.model import (
-    EVIDENCE_DIR,
-    Report,
-    Stage,
-    Status,
-    now_stamp,
-    process_started,
-)
+from harness.report.model import EVIDENCE_DIR, Report, now_stamp, process_started
+from harness.vocab import RunStatus, Stage
 
 # a start time read twice for one process agrees to the clock tick; another process that
 # got the same pid started later than this
 SAME_START_S = 0.05
-REPORT_JSON = "report.json"
 # the most of one evidence file copied into a report (its tail): a run's logs and configs are
 # far smaller; more is a runaway file, or a device swapped in for one
 EVIDENCE_COPY_LIMIT = 64 * 1024 * 1024
@@ -103,7 +97,7 @@ def save(report: Report, stage: Stage | None = None) -> bool:
     return why is None
 
 
-def finish(report: Report, status: Status = "complete") -> None:
+def finish(report: Report, status: RunStatus = RunStatus.COMPLETE) -> None:
     """The run is over. report.json first, brief (the status, the verdict and its exit code,
     without the samples: a few KB), so that a disk that fills up costs the big files, never
     the verdict; then every other file (`writers.WRITERS`, each guarded); then report.json in
@@ -111,7 +105,7 @@ def finish(report: Report, status: Status = "complete") -> None:
     an exception (the caller's exit code stays the verdict's)."""
     report.status = status
     report.finished_at = now_stamp()
-    report.stage = "done"
+    report.stage = Stage.DONE
     report.unwritten.pop(REPORT_JSON, None)  # the file being written: no earlier failure in it
     first = _write_json(report, _brief(report, BRIEF_FIRST))
     writers.write_all(report)
@@ -242,19 +236,19 @@ class SavedStatus:
 
     path: Path  # report.json
     data: dict[str, Any]
-    status: str
-    stored: str
-    stage: str
+    status: RunStatus
+    stored: RunStatus
+    stage: Stage
     written_at: str  # the last write of report.json (its mtime), local ISO-8601
     why: str = ""  # abandoned: how we know; running: whether it is still going
 
     @property
     def abandoned(self) -> bool:
-        return self.status == "abandoned"
+        return self.status is RunStatus.ABANDONED
 
     @property
     def finished(self) -> bool:
-        return self.status not in ("running", "abandoned")
+        return self.status not in (RunStatus.RUNNING, RunStatus.ABANDONED)
 
     def describe(self) -> str:
         """One line: what became of the run."""
@@ -263,7 +257,7 @@ class SavedStatus:
                 f"the run was abandoned at stage {self.stage} (report.json last written "
                 f"{self.written_at}; {self.why}): the run did not finish"
             )
-        if self.status == "running":
+        if self.status is RunStatus.RUNNING:
             return f"the run has not finished: at stage {self.stage} ({self.why})"
         return f"{self.status} at stage {self.stage}"
 
@@ -303,20 +297,19 @@ def load_status(path: Path) -> SavedStatus:
     from harness.report import load, reading
 
     report_json, data = reading.read_report_json(path)
-    load.report_from_json(data, report_json.parent, report_json)
+    report = load.report_from_json(data, report_json.parent, report_json)
     try:
         written = report_json.stat().st_mtime
     except OSError as exc:
         raise HarnessError(f"{report_json}: not a harness report: {exc}", USAGE) from exc
-    stored = str(data.get("status", ""))
-    stage = str(data.get("stage", ""))
+    stored, stage = report.status, report.stage
     written_at = str(data.get("last_written_at") or _stamp(written))
     status, why = stored, ""
-    if stored == "running":
+    if stored == RunStatus.RUNNING:
         alive, why = harness_alive(data)
         if alive is False:
-            status = "abandoned"
-    elif stored == "abandoned":
+            status = RunStatus.ABANDONED
+    elif stored == RunStatus.ABANDONED:
         why = str(data.get("abandoned_why", ""))
     return SavedStatus(report_json, data, status, stored, stage, written_at, why)
 
@@ -324,7 +317,7 @@ def load_status(path: Path) -> SavedStatus:
 def mark_abandoned(saved: SavedStatus) -> SavedStatus:
     """Rewrite (atomically) a report whose harness died as `status: "abandoned"`, with when
     that was found, why, the time of its last write and a note. Idempotent."""
-    if not saved.abandoned or saved.stored == "abandoned":
+    if not saved.abandoned or saved.stored == RunStatus.ABANDONED:
         return saved
     note = (
         f"abandoned: {saved.why}; the harness died at stage {saved.stage} without finishing "
@@ -332,7 +325,7 @@ def mark_abandoned(saved: SavedStatus) -> SavedStatus:
     )
     data = {
         **saved.data,
-        "status": "abandoned",
+        "status": RunStatus.ABANDONED.value,
         "abandoned_at": now_stamp(),
         "abandoned_why": saved.why,
         "last_written_at": saved.written_at,
@@ -340,5 +333,11 @@ def mark_abandoned(saved: SavedStatus) -> SavedStatus:
     }
     atomic_write(saved.path, json.dumps(data, indent=2) + "\n")
     return SavedStatus(
-        saved.path, data, "abandoned", "abandoned", saved.stage, saved.written_at, saved.why
+        saved.path,
+        data,
+        RunStatus.ABANDONED,
+        RunStatus.ABANDONED,
+        saved.stage,
+        saved.written_at,
+        saved.why,
     )

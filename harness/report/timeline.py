@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from harness.report.model import Report
 from harness.sampling.model import SampleSet
+from harness.vocab import EventKind, Trigger
 
 
 @dataclass
@@ -67,11 +68,11 @@ def trigger_time(r: Report) -> float | None:
     """When the watchdog fired: the limit itself for startup and wall, else the last look
     of the watch loop, else the run's end less the sampling."""
     lim, s, t = r.limits, r.samples, r.timings
-    if r.trigger in (None, "exit"):
+    if r.trigger in (None, Trigger.EXIT):
         return None
-    if lim is not None and r.trigger == "startup":
+    if lim is not None and r.trigger == Trigger.STARTUP:
         return lim.startup_s
-    if lim is not None and r.trigger == "wall":
+    if lim is not None and r.trigger == Trigger.WALL:
         return lim.wall_s
     if s is not None and watched(s) and (s.timeline or s.snapshots):
         # the watch loop's last look before the trigger (snapshots may add a few after it)
@@ -123,9 +124,9 @@ def processes(r: Report, m: Moments) -> list[ProcRow]:
     for e in s.events:
         row = procs.setdefault(e.pid, ProcRow(e.pid, e.ppid, e.name))
         row.ppid, row.name = e.ppid, row.name or e.name
-        if e.event == "start":
+        if e.event == EventKind.START:
             row.born = e.t if row.born is None else min(row.born, e.t)
-        elif e.event == "exit":
+        elif e.event == EventKind.EXIT:
             row.died, row.status = e.t, e.status
     for point in s.timeline:
         key = round(point.t, 3)

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.filenames import JUNIT_XML, REPORT_HTML, REPORT_MD, SAMPLES_JSON, STACKS_TXT
 from harness.files import atomic_write, write_failure
 from harness.report import html, junit, markdown, stacks
 from harness.report.model import Report, plain
@@ -36,11 +37,11 @@ def _samples_json(report: Report) -> str | None:
 
 
 WRITERS: tuple[Writer, ...] = (
-    Writer("stacks.txt", _stacks_txt),
-    Writer("samples.json", _samples_json),
-    Writer("report.md", markdown.render_report),
-    Writer("junit.xml", junit.render_junit),
-    Writer("report.html", html.render_html),  # last: it links the files written before it
+    Writer(STACKS_TXT, _stacks_txt),
+    Writer(SAMPLES_JSON, _samples_json),
+    Writer(REPORT_MD, markdown.render_report),
+    Writer(JUNIT_XML, junit.render_junit),
+    Writer(REPORT_HTML, html.render_html),  # last: it links the files written before it
 )
 
 

@@ -22,8 +22,7 @@ from harness.sampling.model import LockCycle, LockLink, ProcessSample, SampleSet
 from harness.sampling.procfs import compute_activity, last_seen, snapshot, take_snapshots
 from harness.sampling.ranks import read_ranks
 from harness.sampling.stacks import collect_stacks, plan_tools
-from harness.sampling.tools import AUTO
-from harness.vocab import StackToolName
+from harness.vocab import AUTO, StackToolName
 
 # With history, the CPU activity must span at least this long (a trigger in the first
 # moments of a run tops it up with fresh snapshots, at the caller's interval).

@@ -17,10 +17,9 @@ from typing import Literal
 from harness.sampling.frames import FrameContext
 from harness.sampling.model import ThreadStack
 from harness.sampling.parsers import Location, parse_eu_stack, parse_gdb, parse_py_spy
-from harness.vocab import StackToolName
+from harness.vocab import AUTO, StackToolName
 
 ToolKind = Literal["native", "python"]
-AUTO = "auto"
 NONE = "none"
 # eu-stack's companion: names the addresses of an `eu-stack -q` dump from the mapped files
 # and /proc/PID/maps, without attaching (see stacks.py)

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from harness.vocab import SourceKind
+
 if TYPE_CHECKING:
     from harness.config.pin import Pin
     from harness.source.verify import Verification
@@ -31,7 +33,7 @@ class Source(Protocol):
     """One pin's source. `root` is what verify returned: the folder (path, git) or the
     downloaded sdist (pypi), as export and ref_applier expect it."""
 
-    kind: str
+    kind: SourceKind
     pin: Pin
 
     def verify(self, checkout: Path | None = None) -> tuple[Verification, Path]:
@@ -54,15 +56,15 @@ class Source(Protocol):
 def source_for(pin: Pin) -> Source:
     """The one dispatch on pin.source.kind (already validated by the pin parser)."""
     kind = pin.source.kind
-    if kind == "path":
+    if kind == SourceKind.PATH:
         from harness.source.path import PathSource
 
         return PathSource(pin)
-    if kind == "git":
+    if kind == SourceKind.GIT:
         from harness.source.git import GitSource  # imports GitPython
 
         return GitSource(pin)
-    if kind == "pypi":
+    if kind == SourceKind.PYPI:
         from harness.source.pypi import PypiSource  # downloads
 
         return PypiSource(pin)

@@ -43,7 +43,7 @@ from harness.source.verify import (
     sha256_file,
     summarize,
 )
-from harness.vocab import SourceStatus
+from harness.vocab import SourceKind, SourceStatus
 
 NETWORK_TIMEOUT_S = 600.0
 
@@ -67,7 +67,7 @@ def managed_checkout(pin: Pin) -> Path:
 
 
 def locate_checkout(pin: Pin, checkout: Path | None) -> Path:
-    if pin.source.kind != "git":
+    if pin.source.kind != SourceKind.GIT:
         raise HarnessError(f"pin {pin.name} is not a git source", USAGE)
     if checkout is not None:
         return checkout.expanduser().resolve()
@@ -211,7 +211,7 @@ def ref_applier(pin: Pin, root: Path, base: str | None = None) -> Callable[[Path
 
 def fetch_checkout(pin: Pin, dest: Path | None = None) -> Path:
     """Clone the pin's repository (branch) and check out the pinned commit when known."""
-    if pin.source.kind != "git" or not pin.source.url:
+    if pin.source.kind != SourceKind.GIT or not pin.source.url:
         raise HarnessError(f"pin {pin.name} has no git url to fetch", USAGE)
     target = dest or managed_checkout(pin)
     if (target / ".git").exists():
@@ -276,7 +276,7 @@ def update_pin_file(pin: Pin, root: Path, commit: str | None) -> list[str]:
 
 
 class GitSource:
-    kind = "git"
+    kind = SourceKind.GIT
 
     def __init__(self, pin: Pin) -> None:
         self.pin = pin

@@ -10,7 +10,7 @@ from harness.config.pin import Pin
 from harness.errors import HarnessError
 from harness.outcome import USAGE
 from harness.source.verify import Verification, check_files, summarize
-from harness.vocab import SourceStatus
+from harness.vocab import SourceKind, SourceStatus
 
 
 def verify_path_source(pin: Pin, root: Path) -> Verification:
@@ -21,7 +21,7 @@ def verify_path_source(pin: Pin, root: Path) -> Verification:
 
 
 class PathSource:
-    kind = "path"
+    kind = SourceKind.PATH
 
     def __init__(self, pin: Pin) -> None:
         self.pin = pin

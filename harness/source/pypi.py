@@ -16,7 +16,7 @@ from harness.config.pin import Pin
 from harness.errors import HarnessError
 from harness.outcome import USAGE
 from harness.source.verify import Verification, sha256_file
-from harness.vocab import SourceStatus
+from harness.vocab import SourceKind, SourceStatus
 
 INDEX_URL = "https://pypi.org/simple/{package}/"
 NETWORK_TIMEOUT_S = 60.0
@@ -151,7 +151,7 @@ def prepare(pin: Pin, tree: Path) -> list[str]:
 
 
 class PypiSource:
-    kind = "pypi"
+    kind = SourceKind.PYPI
 
     def __init__(self, pin: Pin) -> None:
         self.pin = pin

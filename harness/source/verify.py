@@ -120,9 +120,9 @@ def describe_verification(pin: Pin, v: Verification) -> str:
     if v.commit_expected or v.commit_actual:
         lines.append(f"  commit: pinned {v.commit_expected or '-'}, found {v.commit_actual or '-'}")
     for f in v.files:
-        if f.status == "match":
+        if f.status == FileStatus.MATCH:
             lines.append(f"  ok        {f.path}")
-        elif f.status == "unverified":
+        elif f.status == FileStatus.UNVERIFIED:
             lines.append(
                 f"  UNVERIFIED {f.path} (no hash pinned yet; found {f.actual or 'missing'})"
             )

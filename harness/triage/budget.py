@@ -30,15 +30,15 @@ from dataclasses import dataclass
 
 from harness.errors import HarnessError
 from harness.outcome import USAGE
-from harness.triage.model import StepName
+from harness.vocab import TriageStep
 
 DEFAULT_BUDGET_S = 900.0  # 15 minutes
 ORDER = (
-    StepName.REPRODUCE,
-    StepName.EXPLAIN,
-    StepName.FIXES,
-    StepName.KNOBS,
-    StepName.HISTORY,
+    TriageStep.REPRODUCE,
+    TriageStep.EXPLAIN,
+    TriageStep.FIXES,
+    TriageStep.KNOBS,
+    TriageStep.HISTORY,
 )
 FIRST_ROUND = 4  # runs per cell before a rate is looked at (n/n against 0/n separates at 4)
 EXPLAIN_S = 15.0  # reading a report and one doctor probe (its own timeout is 10 s)

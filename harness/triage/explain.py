@@ -12,16 +12,17 @@ from harness.config.pin import Pin
 from harness.errors import HarnessError
 from harness.report.load import load_report
 from harness.report.model import plain
-from harness.triage.model import Step, StepName, StepStatus
+from harness.triage.model import Step
 from harness.triage.steps import Context
+from harness.vocab import StepStatus, TriageStep
 
 # --------------------------------------------------------------------------------- Explain
 
 
 def explain(ctx: Context) -> Step:
     """What the first failing run's report says, and the doctor facts on its top cause."""
-    step = Step(StepName.EXPLAIN)
-    first = ctx.result.step(StepName.REPRODUCE).result.get("first_failure")
+    step = Step(TriageStep.EXPLAIN)
+    first = ctx.result.step(TriageStep.REPRODUCE).result.get("first_failure")
     if not first:
         step.status, step.reason = StepStatus.SKIPPED, "nothing reproduced to explain"
         return step

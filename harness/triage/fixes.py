@@ -10,6 +10,7 @@ from harness import variants
 from harness.config.pin import Pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError
+from harness.filenames import REPORT_JSON
 from harness.outcome import Kind
 from harness.pipeline.compare import compare_variants, default_variants
 from harness.pipeline.repeat import (
@@ -22,9 +23,9 @@ from harness.report.repeat import failure_rate, ran
 from harness.report.runs import RunRow
 from harness.stats import separated
 from harness.triage import budget
-from harness.triage.model import Step, StepName, StepStatus
+from harness.triage.model import Step
 from harness.triage.steps import Context, builds_made
-from harness.vocab import SourceKind, VariantKind
+from harness.vocab import SourceKind, StepStatus, TriageStep, VariantKind
 
 # ----------------------------------------------------------------------------------- Fixes
 
@@ -78,7 +79,7 @@ def ref_unreachable(
 
 def fixes(ctx: Context) -> Step:
     """The baseline against the pin's fixes, `--repeat auto` within the budget."""
-    step = Step(StepName.FIXES)
+    step = Step(TriageStep.FIXES)
     specs, left_out = fix_specs(ctx)
     if len(specs) < 2:
         step.status = StepStatus.SKIPPED
@@ -87,7 +88,7 @@ def fixes(ctx: Context) -> Step:
         )
         return step
     run = ctx.base()
-    out = ctx.folder(StepName.FIXES)
+    out = ctx.folder(TriageStep.FIXES)
     settings = load_scenario(run.scenario or run.env).settings(ctx.pin.lineage)
     step.builds_made += builds_made(build_each(run, ctx.pin, specs, settings.upstream_env))
     cap = budget.cap_for(ctx.costs, len(specs), ctx.left(), ctx.opts.repeat_cap)
@@ -141,7 +142,7 @@ def _changes(rows: Sequence[RunRow], fix: str | None) -> list[str]:
         return []
     folder = Path(row.report_dir)  # a cell: runs/NNN/<report>/report.json
     found = [p.parent for p in sorted(folder.glob("runs/*/*/report.json"))]
-    for f in [folder, *found] if (folder / "report.json").is_file() else found:
+    for f in [folder, *found] if (folder / REPORT_JSON).is_file() else found:
         try:
             report = load_report(f)
         except HarnessError:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.bisect.model import BAD, GOOD, BisectOptions, BisectResult, StepRecord
+from harness.bisect.model import BisectOptions, BisectResult, StepRecord
 from harness.bisect.search import finish, prepare, save
 from harness.bisect.steps import expected, setup_for, shown
 from harness.config.defaults import default_pin
@@ -39,8 +39,8 @@ from harness.source.gitrepo import (
 from harness.stats import Rate
 from harness.triage import history_sought as sought
 from harness.triage.history_hunt import Hunt, OutOfBudget, ReusingBisect
-from harness.triage.model import Step, StepName, StepStatus, TriageOptions, TriageResult
-from harness.vocab import BisectRole, BisectStatus, SourceKind
+from harness.triage.model import Step, TriageOptions, TriageResult
+from harness.vocab import BisectClass, BisectRole, BisectStatus, SourceKind, StepStatus, TriageStep
 
 NOT_REPRODUCED, NO_GOOD = "not-reproduced", "no-good"  # result["status"] besides bisect's
 
@@ -51,7 +51,7 @@ def history_step(
     """The History step (see the module doc). Never raises for the budget; a git or setup
     error is a FAILED step with its one line; an interruption propagates (the bisect's
     report is finished first, as `harness bisect` does)."""
-    step = Step(StepName.HISTORY)
+    step = Step(TriageStep.HISTORY)
     started = time.monotonic()
     try:
         _run(step, opts, result, budget_left_s, progress)
@@ -122,19 +122,19 @@ def _hunt(step: Step, opts: TriageOptions, pin: Pin, hunt: Hunt, bad: CommitInfo
     except OutOfBudget:
         step.status, step.reason = StepStatus.SKIPPED, "the budget ran out before the bad end ran"
         return
-    if end.classification == GOOD:
+    if end.classification == BisectClass.GOOD:
         out["status"] = NOT_REPRODUCED
         step.headline = (
             f"the bad end {bad.short} passed here ({len(end.runs)} runs): nothing to search"
         )
         return
-    if end.classification != BAD:
+    if end.classification != BisectClass.BAD:
         raise HarnessError(
             f"the bad end {bad.short} does not show the failure sought ({expected(bopts)}): "
             f"it showed {shown(end)}"
         )
     c = end.counts()
-    hunt.bad_rate = Rate(c[BAD], c[BAD] + c[GOOD])
+    hunt.bad_rate = Rate(c[BisectClass.BAD], c[BisectClass.BAD] + c[BisectClass.GOOD])
     good, how = None, ""
     if opts.good:
         good, how = commit_info(root, resolve(root, opts.good)), "given"
@@ -171,7 +171,7 @@ def _search_back(hunt: Hunt, pin: Pin, bad: CommitInfo) -> tuple[CommitInfo | No
         hunt.label(f"known good {ref}")
         rec = hunt.test(commit_info(root, sha), BisectRole.SEARCH)
         hunt.note(rec, f"known_good ref {ref}")
-        if rec.classification == GOOD:
+        if rec.classification == BisectClass.GOOD:
             return rec.commit, f"known_good ref {ref}"
     depth = sought.first_parent_depth(root, bad.sha)
     distance = 1
@@ -179,7 +179,7 @@ def _search_back(hunt: Hunt, pin: Pin, bad: CommitInfo) -> tuple[CommitInfo | No
         commit = commit_info(root, resolve(root, f"{bad.sha}~{distance}"))
         hunt.label(f"{distance} back: {commit.short} {commit.subject[:40]}")
         rec = hunt.note(hunt.test(commit, BisectRole.SEARCH), f"{distance} back", distance)
-        if rec.classification == GOOD:
+        if rec.classification == BisectClass.GOOD:
             return rec.commit, f"searched back {distance} commits"
         if distance == depth:
             break

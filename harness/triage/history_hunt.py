@@ -13,13 +13,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.bisect.model import BAD, GOOD, BisectResult, Setup, StepRecord
+from harness.bisect.model import BisectResult, Setup, StepRecord
 from harness.bisect.search import Search, save
 from harness.bisect.steps import try_commit
 from harness.report.live import LiveProgress
 from harness.source.gitrepo import CommitInfo
 from harness.stats import Rate
-from harness.vocab import BisectRole
+from harness.vocab import BisectClass, BisectRole
 
 
 class OutOfBudget(Exception):
@@ -104,16 +104,18 @@ class ReusingBisect(Search):
 
     def search(self) -> None:
         cands = self.result.candidates
-        bads = [i for i, c in enumerate(cands[:-1]) if _is(self.hunt.known.get(c.sha), BAD)]
+        bads = [
+            i for i, c in enumerate(cands[:-1]) if _is(self.hunt.known.get(c.sha), BisectClass.BAD)
+        ]
         if bads:  # the nearest failing commit of the search back: nothing above it matters
             self.hi = min(bads)
             self.test(self.hi, BisectRole.SEARCH)
         while pool := [i for i in range(self.lo + 1, self.hi) if i not in self.skipped]:
             probe = pool[(len(pool) + 1) // 2 - 1]  # as bisect.search: the median
             cls = self.test(probe, BisectRole.SEARCH).classification
-            if cls == BAD:
+            if cls == BisectClass.BAD:
                 self.hi = probe
-            elif cls == GOOD:
+            elif cls == BisectClass.GOOD:
                 self.lo = probe
             else:
                 self.skipped.add(probe)

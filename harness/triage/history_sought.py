@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.bisect.model import AUTO, Repeat
+from harness.bisect.model import Repeat
 from harness.config.hostprofile import load_host
 from harness.config.pin import UNVERIFIED, Pin
 from harness.errors import HarnessError
@@ -17,8 +17,8 @@ from harness.hazards.expect import HazardExpect
 from harness.pipeline.options import RunOptions
 from harness.report.live import LiveProgress
 from harness.source.gitrepo import HISTORY_TIMEOUT_S, git_result, head_commit, resolve
-from harness.triage.model import StepName, StepStatus, TriageOptions, TriageResult
-from harness.vocab import HazardKind
+from harness.triage.model import TriageOptions, TriageResult
+from harness.vocab import AUTO, HazardKind, StepStatus, TriageStep
 
 PRIOR_COMMIT_S = 30.0  # one commit's test (build + run) before any was timed here
 # the Reproduce step's verdict kind → what makes a commit bad (bisect's --expect)
@@ -32,7 +32,7 @@ EXPECT_OF = {
 
 def reproduce(result: TriageResult) -> dict[str, Any]:
     """What the Reproduce step found (triage/steps.py's keys), or nothing when it is not done."""
-    rep = next((s for s in result.steps if s.name is StepName.REPRODUCE), None)
+    rep = next((s for s in result.steps if s.name is TriageStep.REPRODUCE), None)
     return rep.result if rep is not None and rep.status is StepStatus.DONE else {}
 
 
@@ -63,7 +63,7 @@ def hazard_sought(found: dict[str, Any]) -> HazardExpect | None:
 def prior_s(result: TriageResult) -> float:
     """One commit's test before any was timed here: a build and a run as Reproduce timed
     them (every commit builds anew), else its time per run."""
-    found, rep = reproduce(result), result.step(StepName.REPRODUCE)
+    found, rep = reproduce(result), result.step(TriageStep.REPRODUCE)
     run_s, build_s = found.get("run_s"), found.get("build_s")
     if isinstance(run_s, int | float) and run_s > 0:
         return float(run_s) + (float(build_s) if isinstance(build_s, int | float) else 0.0)

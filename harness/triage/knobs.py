@@ -19,9 +19,9 @@ from harness.report.matrix import write_matrix
 from harness.report.runs import RunRow
 from harness.triage import budget
 from harness.triage.explain import rule_of
-from harness.triage.model import Step, StepName, StepStatus
+from harness.triage.model import Step
 from harness.triage.steps import DEFAULT, Context, builds_made
-from harness.vocab import AxisKind, KnobEffect
+from harness.vocab import AxisKind, KnobEffect, StepStatus, TriageStep
 
 # ----------------------------------------------------------------------------------- Knobs
 
@@ -29,9 +29,9 @@ from harness.vocab import AxisKind, KnobEffect
 def knobs(ctx: Context) -> Step:
     """Each knob swept alone, its default value being Reproduce's runs (no override), and
     judged by pipeline/decide.judge_knob: changes the outcome, ruled out, or unsettled."""
-    step = Step(StepName.KNOBS)
+    step = Step(TriageStep.KNOBS)
     baseline = _baseline_row(ctx)
-    out_all = ctx.folder(StepName.KNOBS)
+    out_all = ctx.folder(TriageStep.KNOBS)
     found: list[dict[str, Any]] = []
     lines: list[str] = []
     for i, knob in enumerate(ctx.knobs):
@@ -90,7 +90,7 @@ def _judge(label: str, rows: Sequence[RunRow]) -> Any:
 
 def _baseline_row(ctx: Context) -> RunRow:
     """Reproduce's runs as one row (what the default value of every knob did)."""
-    r = ctx.result.step(StepName.REPRODUCE).result
+    r = ctx.result.step(TriageStep.REPRODUCE).result
     counts = {Kind(k): int(n) for k, n in (r.get("counts") or {}).items()}
     return RunRow(
         variant=str(r.get("variant") or compare_baseline()),

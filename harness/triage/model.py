@@ -9,30 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from harness.pipeline.options import RunOptions
+from harness.vocab import StepStatus, TriageStep
 
 SCHEMA_VERSION = 1
-
-
-class StepName(StrEnum):
-    """The steps, in the order of the story (run order may differ: docs/triage.md)."""
-
-    REPRODUCE = "reproduce"
-    EXPLAIN = "explain"
-    KNOBS = "knobs"
-    FIXES = "fixes"
-    HISTORY = "history"
-
-
-class StepStatus(StrEnum):
-    PENDING = "pending"  # not reached yet (an interrupted triage, before --resume)
-    DONE = "done"
-    SKIPPED = "skipped"  # did not fit the budget, or does not apply (no git source): `reason`
-    FAILED = "failed"  # could not be done (a build failed, a tool is missing): `reason`
 
 
 @dataclass
@@ -41,7 +24,7 @@ class Step:
     docs/triage.md), why it was skipped or failed, the run folders behind it (relative to
     the triage folder), what it was expected to cost and what it took."""
 
-    name: StepName
+    name: TriageStep
     status: StepStatus = StepStatus.PENDING
     reason: str = ""
     headline: str = ""  # one sentence for people: "hang 4/4 in env_start (openmp-after-fork)"
@@ -74,7 +57,7 @@ class Step:
         if not isinstance(result, dict) or not isinstance(runs, list):
             raise ValueError(f"step {data.get('name')!r}: result or runs of the wrong type")
         return cls(
-            name=StepName(data["name"]),
+            name=TriageStep(data["name"]),
             status=StepStatus(data["status"]),
             reason=str(data.get("reason", "")),
             headline=str(data.get("headline", "")),
@@ -118,7 +101,7 @@ class TriageOptions:
     resume: Path | None = None  # a triage folder to continue
     # steps not to take (`--skip knobs,history`): SKIPPED "skipped on request"; Reproduce,
     # which every other step builds on, cannot be skipped
-    skip: frozenset[StepName] = frozenset()
+    skip: frozenset[TriageStep] = frozenset()
 
 
 @dataclass
@@ -140,7 +123,7 @@ class TriageResult:
     host: dict[str, Any] = field(default_factory=dict)  # the host fingerprint, as report.json
     commands: list[str] = field(default_factory=list)  # what reproduces it, exactly
 
-    def step(self, name: StepName) -> Step:
+    def step(self, name: TriageStep) -> Step:
         return next(s for s in self.steps if s.name is name)
 
     def to_json(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from harness.config.defaults import compare_baseline, default_pin
 from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError, Interrupted
+from harness.filenames import TRIAGE_JSON
 from harness.files import atomic_write
 from harness.outcome import Kind
 from harness.pipeline.options import option_flags
@@ -29,19 +30,9 @@ from harness.report import store
 from harness.report.model import now_stamp
 from harness.report.reading import read_json
 from harness.triage import budget, explain, fixes, knobs, steps
-from harness.triage.model import (
-    SCHEMA_VERSION,
-    Step,
-    StepName,
-    StepStatus,
-    TriageOptions,
-    TriageResult,
-    count,
-    seconds,
-)
-from harness.vocab import SourceKind
+from harness.triage.model import SCHEMA_VERSION, Step, TriageOptions, TriageResult, count, seconds
+from harness.vocab import SourceKind, StepStatus, TriageStep
 
-TRIAGE_JSON = "triage.json"
 TRIAGE_JSON_LIMIT = 8 * 1024 * 1024  # a triage.json is a few KB; more is not ours
 
 StepFn = Callable[[steps.Context], Step]
@@ -100,7 +91,7 @@ def _new(opts: TriageOptions, pin: Pin) -> TriageResult:
     result = TriageResult(
         env=opts.run.env,
         directory=folder,
-        steps=[Step(name) for name in StepName],
+        steps=[Step(name) for name in TriageStep],
         pin=pin.name,
         started_at=now_stamp(),
         budget_s=opts.budget_s,
@@ -117,7 +108,7 @@ def _check_done(step: Step) -> None:
         seconds(r.get(key))
     for key in ("runs", "ran", "failures"):
         count(r.get(key))
-    if step.name is StepName.REPRODUCE:
+    if step.name is TriageStep.REPRODUCE:
         if r.get("kind") is not None:
             Kind(r["kind"])
         counts = r.get("counts") or {}
@@ -169,7 +160,7 @@ def _resume(opts: TriageOptions) -> TriageResult:
             outcome.USAGE,
         )
     known = {s.name for s in result.steps}
-    result.steps += [Step(n) for n in StepName if n not in known]
+    result.steps += [Step(n) for n in TriageStep if n not in known]
     for s in result.steps:
         if s.status is not StepStatus.DONE:  # run again: what it made last time is kept
             s.runs_made = s.builds_made = 0
@@ -180,9 +171,9 @@ def _resume(opts: TriageOptions) -> TriageResult:
 
 def _costs(result: TriageResult, opts: TriageOptions, guess: float) -> budget.Costs:
     """What a run and a build cost: measured by a finished Reproduce, else a first guess."""
-    r = result.step(StepName.REPRODUCE).result
+    r = result.step(TriageStep.REPRODUCE).result
     costs = budget.Costs(run_s=guess, jobs=opts.jobs)
-    if result.step(StepName.REPRODUCE).status is StepStatus.DONE:
+    if result.step(TriageStep.REPRODUCE).status is StepStatus.DONE:
         costs.run_s = float(r.get("run_s") or guess)
         costs.build_s = float(r.get("build_s") or budget.DEFAULT_BUILD_S)
         costs.cache_warm = bool(r.get("cache_warm"))
@@ -199,42 +190,42 @@ def save(result: TriageResult) -> None:
 # ------------------------------------------------------------------------------ one step
 
 
-def _estimate(ctx: steps.Context, name: StepName) -> float:
+def _estimate(ctx: steps.Context, name: TriageStep) -> float:
     c = ctx.costs
     built = {compare_baseline()}
-    if name is StepName.REPRODUCE:
+    if name is TriageStep.REPRODUCE:
         return budget.estimate_reproduce(c)
-    if name is StepName.EXPLAIN:
+    if name is TriageStep.EXPLAIN:
         return budget.estimate_explain()
-    if name is StepName.FIXES:
+    if name is TriageStep.FIXES:
         specs, _ = fixes.fix_specs(ctx)
         return budget.estimate_fixes(c, len(specs), len(set(specs) - built))
-    if name is StepName.KNOBS:
+    if name is TriageStep.KNOBS:
         cells = sum(len(k.values) for k in ctx.knobs)
         return budget.estimate_knobs(c, cells, 0)
     return budget.estimate_history(c)
 
 
-def _not_applicable(ctx: steps.Context, name: StepName) -> str | None:
+def _not_applicable(ctx: steps.Context, name: TriageStep) -> str | None:
     """Why a step has nothing to work on (before its cost is looked at)."""
-    if name is StepName.REPRODUCE:
+    if name is TriageStep.REPRODUCE:
         return None
-    repro = ctx.result.step(StepName.REPRODUCE)
+    repro = ctx.result.step(TriageStep.REPRODUCE)
     if repro.status is not StepStatus.DONE:
         return f"Reproduce did not run ({repro.status}: {repro.reason})"
     if not repro.result.get("first_failure"):
-        if name is StepName.HISTORY and repro.result.get("hazards"):
+        if name is TriageStep.HISTORY and repro.result.get("hazards"):
             return None  # the hazards the runs saw are bisected instead (docs/hazards.md)
         return "nothing reproduced here: " + str(repro.result.get("summary", ""))
-    if name is StepName.KNOBS:
-        top = ctx.result.step(StepName.EXPLAIN).result.get("causes") or []
+    if name is TriageStep.KNOBS:
+        top = ctx.result.step(TriageStep.EXPLAIN).result.get("causes") or []
         ctx.knobs = knobs.knobs_of(ctx.pin, top[0]["id"] if top else repro.result.get("cause"))
         if not ctx.knobs:
             return "no knobs: the pin declares none and the top cause suggests none"
     return None
 
 
-def _one_step(ctx: steps.Context, name: StepName) -> None:
+def _one_step(ctx: steps.Context, name: TriageStep) -> None:
     result = ctx.result
     index = next(i for i, s in enumerate(result.steps) if s.name is name)
     why = _not_applicable(ctx, name)
@@ -248,8 +239,8 @@ def _one_step(ctx: steps.Context, name: StepName) -> None:
     ctx.progress.phase(str(name), f"{budget.shown(estimate)}, {max(0.0, left):.0f} s left")
     too_big = budget.skip_reason(estimate, left)
     # Reproduce: always a first round; History of a path source: says why it does not apply
-    exempt = name is StepName.REPRODUCE or (
-        name is StepName.HISTORY and ctx.pin.source.kind is not SourceKind.GIT
+    exempt = name is TriageStep.REPRODUCE or (
+        name is TriageStep.HISTORY and ctx.pin.source.kind is not SourceKind.GIT
     )
     if too_big is not None and not exempt:
         result.steps[index] = Step(name, StepStatus.SKIPPED, reason=too_big, estimate_s=estimate)
@@ -284,14 +275,14 @@ def _set_aside(folder: Path) -> None:
     folder.rename(aside)
 
 
-def _run(ctx: steps.Context, name: StepName) -> Step:
-    if name is StepName.HISTORY:
+def _run(ctx: steps.Context, name: TriageStep) -> Step:
+    if name is TriageStep.HISTORY:
         return _history(ctx)
-    fns: dict[StepName, StepFn] = {
-        StepName.REPRODUCE: steps.reproduce,
-        StepName.EXPLAIN: explain.explain,
-        StepName.KNOBS: knobs.knobs,
-        StepName.FIXES: fixes.fixes,
+    fns: dict[TriageStep, StepFn] = {
+        TriageStep.REPRODUCE: steps.reproduce,
+        TriageStep.EXPLAIN: explain.explain,
+        TriageStep.KNOBS: knobs.knobs,
+        TriageStep.FIXES: fixes.fixes,
     }
     return fns[name](ctx)
 
@@ -303,7 +294,7 @@ def _history(ctx: steps.Context) -> Step:
     except ModuleNotFoundError as exc:  # not installed yet; a broken import is a bug
         if exc.name != "harness.triage.history":
             raise
-        return Step(StepName.HISTORY, StepStatus.SKIPPED, reason="not available")
+        return Step(TriageStep.HISTORY, StepStatus.SKIPPED, reason="not available")
     step: Step = history_step(ctx.opts, ctx.result, ctx.left(), ctx.progress)
     return step
 
@@ -315,9 +306,9 @@ def _conclude(ctx: steps.Context) -> None:
     """What the steps say together: reproduced, the fix, the first bad commit, a line each,
     and the exact commands."""
     result = ctx.result
-    repro = result.step(StepName.REPRODUCE)
-    fixes = result.step(StepName.FIXES)
-    history = result.step(StepName.HISTORY)
+    repro = result.step(TriageStep.REPRODUCE)
+    fixes = result.step(TriageStep.FIXES)
+    history = result.step(TriageStep.HISTORY)
     result.reproduced = bool(repro.result.get("first_failure"))
     result.fix_confirmed = (
         fixes.result.get("fix_variant") if fixes.status is StepStatus.DONE else None
@@ -388,7 +379,7 @@ def _story(result: TriageResult) -> list[Path]:
 def exit_code(result: TriageResult) -> int:
     """outcome.TRIAGE_FIXED (0) reproduced and a fix confirmed; TRIAGE_NOT_FIXED (1)
     reproduced, no fix confirmed; TRIAGE_NOT_REPRODUCED (7) no failure here."""
-    repro = result.step(StepName.REPRODUCE)
+    repro = result.step(TriageStep.REPRODUCE)
     if repro.status is StepStatus.FAILED:  # could not run (a build failed): no answer
         failed_build = repro.reason.startswith("the build of")
         return outcome.BUILD_FAILED if failed_build else outcome.USAGE

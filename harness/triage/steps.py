@@ -38,7 +38,8 @@ from harness.report.matrix import write_matrix
 from harness.report.repeat import combine, failure_rate, groups, repeat_matrix
 from harness.report.runs import RunRow
 from harness.triage import budget
-from harness.triage.model import Step, StepName, StepStatus, TriageOptions, TriageResult
+from harness.triage.model import Step, TriageOptions, TriageResult
+from harness.vocab import StepStatus, TriageStep
 
 DEFAULT = KNOB_DEFAULT  # a knob's value where no override is given (Reproduce's runs)
 
@@ -62,7 +63,7 @@ class Context:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def folder(self, name: StepName) -> Path:
+    def folder(self, name: TriageStep) -> Path:
         return self.result.directory / "steps" / str(name)
 
     def rel(self, path: str | Path | None) -> str | None:
@@ -76,7 +77,7 @@ class Context:
 
     def host(self) -> str | None:
         """The host profile Reproduce reproduced under (None: the host as it is)."""
-        value = self.result.step(StepName.REPRODUCE).result.get("host")
+        value = self.result.step(TriageStep.REPRODUCE).result.get("host")
         return str(value) if value else None
 
     def base(self, host: str | None = None) -> RunOptions:
@@ -107,7 +108,7 @@ def _repeat(ctx: Context, step: Step, host: str | None) -> tuple[list[RunRow], P
     """The baseline's runs under `host`: a first round, then to the cap (within the budget)
     when they ended both ways."""
     run = ctx.base(host or "")
-    out = ctx.folder(StepName.REPRODUCE) / (f"host-{host}" if host else "stock")
+    out = ctx.folder(TriageStep.REPRODUCE) / (f"host-{host}" if host else "stock")
     settings = load_scenario(run.scenario or run.env).settings(ctx.pin.lineage)
     builds = build_each(run, ctx.pin, [run.variant], settings.upstream_env)
     step.builds_made += builds_made(builds)
@@ -163,7 +164,7 @@ def _build_s(built: str) -> float:
 def reproduce(ctx: Context) -> Step:
     """The baseline repeated until a rate can be stated; where it does not fail here, under
     each of the pin's host profiles in turn until one reproduces it."""
-    step = Step(StepName.REPRODUCE)
+    step = Step(TriageStep.REPRODUCE)
     tried: list[dict[str, Any]] = []
     found: tuple[list[RunRow], Path, str | None] | None = None
     for host in (None, *ctx.hosts):

@@ -14,7 +14,16 @@ from typing import Any
 
 from harness import outcome
 from harness.contain import is_inside
-from harness.triage.model import Step, StepName, StepStatus, TriageResult
+from harness.filenames import (
+    INDEX_HTML,
+    REPEAT_JSON,
+    REPORT_HTML,
+    REPORT_JSON,
+    REPORT_MD,
+    table_json,
+)
+from harness.triage.model import Step, TriageResult
+from harness.vocab import StepStatus, TableKind, TriageStep
 
 NOT_KNOWN = "not known"
 
@@ -230,28 +239,28 @@ def host_facts(host: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def commit_of(result: TriageResult) -> str | None:
     """The commit the failure was reproduced at, where a step recorded one."""
-    for name, key in ((StepName.REPRODUCE, "commit"), (StepName.HISTORY, "bad")):
+    for name, key in ((TriageStep.REPRODUCE, "commit"), (TriageStep.HISTORY, "bad")):
         value = word(step_of(result, name).result, key)
         if value:
             return value
     return None
 
 
-def step_of(result: TriageResult, name: StepName) -> Step:
+def step_of(result: TriageResult, name: TriageStep) -> Step:
     """The step, or a pending one when the triage has none of that name (an old file)."""
     return next((s for s in result.steps if s.name is name), Step(name=name))
 
 
 # what a run folder is shown by, best first: a run's page, a table's page, then its data
 FOLDER_PAGES = (
-    "report.html",
-    "index.html",
-    "repeat.json",
-    "compare.json",
-    "sweep.json",
-    "bisect.json",
-    "report.md",
-    "report.json",
+    REPORT_HTML,
+    INDEX_HTML,
+    REPEAT_JSON,
+    table_json(TableKind.COMPARE),
+    table_json(TableKind.SWEEP),
+    table_json(TableKind.BISECT),
+    REPORT_MD,
+    REPORT_JSON,
 )
 
 

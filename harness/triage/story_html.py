@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
+from harness.filenames import ISSUE_MD, REPEAT_JSON, TRIAGE_JSON
 from harness.report.html_page import e, facts, kind_class, page, section, table
 from harness.text import html_text as escape
-from harness.triage.model import Step, StepName, StepStatus, TriageResult
+from harness.triage.model import Step, TriageResult
 from harness.triage.story_facts import (
     NOT_KNOWN,
     Evidence,
@@ -33,6 +34,7 @@ from harness.triage.story_facts import (
     strings,
     word,
 )
+from harness.vocab import StepStatus, TriageStep
 
 STATUS_CLASS = {
     StepStatus.DONE: "s-pass",
@@ -90,7 +92,7 @@ def _runs_of(step: Step, ev: Evidence) -> str:
 
 
 def _what(r: TriageResult, ev: Evidence) -> str:
-    step = step_of(r, StepName.REPRODUCE)
+    step = step_of(r, TriageStep.REPRODUCE)
     out, ran = _told(step)
     if not ran:
         return out
@@ -101,7 +103,7 @@ def _what(r: TriageResult, ev: Evidence) -> str:
         [
             ("verdict", f'<span class="badge {kind_class(kind)}">{escape(kind)}</span>'),
             ("summary", _a(ev, folder, word(res, "summary") or NOT_KNOWN)),
-            ("rate", _a(ev, folder, rate_text(res) or NOT_KNOWN, prefer="repeat.json")),
+            ("rate", _a(ev, folder, rate_text(res) or NOT_KNOWN, prefer=REPEAT_JSON)),
             (
                 "first failure",
                 _a(ev, pick(res, "first_failure"), word(res, "first_failure") or NOT_KNOWN),
@@ -124,7 +126,7 @@ def _what(r: TriageResult, ev: Evidence) -> str:
 
 
 def _where(r: TriageResult, ev: Evidence) -> str:
-    step = step_of(r, StepName.EXPLAIN)
+    step = step_of(r, TriageStep.EXPLAIN)
     out, ran = _told(step)
     if not ran:
         return out
@@ -148,7 +150,7 @@ def _where(r: TriageResult, ev: Evidence) -> str:
 
 
 def _why(r: TriageResult, ev: Evidence) -> str:
-    step = step_of(r, StepName.EXPLAIN)
+    step = step_of(r, TriageStep.EXPLAIN)
     out, ran = _told(step, headline=False)
     if not ran:
         return out
@@ -200,7 +202,7 @@ def _blame_pairs(blame: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _not_matter(r: TriageResult, ev: Evidence) -> str:
-    step = step_of(r, StepName.KNOBS)
+    step = step_of(r, TriageStep.KNOBS)
     out, ran = _told(step)
     if not ran:
         return out
@@ -222,7 +224,7 @@ def _not_matter(r: TriageResult, ev: Evidence) -> str:
 
 
 def _fixes(r: TriageResult, ev: Evidence) -> str:
-    step = step_of(r, StepName.FIXES)
+    step = step_of(r, TriageStep.FIXES)
     out, ran = _told(step)
     if not ran:
         return out
@@ -261,7 +263,7 @@ def _fixes(r: TriageResult, ev: Evidence) -> str:
 
 
 def _when(r: TriageResult, ev: Evidence) -> str:
-    step = step_of(r, StepName.HISTORY)
+    step = step_of(r, TriageStep.HISTORY)
     out, ran = _told(step)
     if not ran:
         return out
@@ -316,7 +318,7 @@ def _todo(r: TriageResult, ev: Evidence) -> str:
         out += "<ul>" + "".join(f"<li>{e(c)}</li>" for c in r.conclusion) + "</ul>"
     if r.commands:
         out += "<h3>Reproduce and confirm</h3><pre>" + escape("\n".join(r.commands)) + "</pre>"
-    files = [_a(ev, n, n) for n in ("issue.md", "triage.json") if ev.file(n)]
+    files = [_a(ev, n, n) for n in (ISSUE_MD, TRIAGE_JSON) if ev.file(n)]
     if files:
         out += "<p>The bug report: " + " · ".join(files) + "</p>"
     return out or f'<p class="muted">{e(NOT_KNOWN)}</p>'
@@ -352,7 +354,7 @@ def render_story(result: TriageResult) -> str:
     """triage.html of a triage, from its steps and the files in its folder."""
     r = result
     ev = Evidence(r.directory)
-    rep = step_of(r, StepName.REPRODUCE)
+    rep = step_of(r, TriageStep.REPRODUCE)
     kind = (word(rep.result, "kind") or "pass") if r.reproduced else "pass"
     headline = rep.headline or ("reproduced" if r.reproduced else "not reproduced here")
     verdict = (

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from harness.text import markdown_code, markdown_text, strip_controls
-from harness.triage.model import StepName, StepStatus, TriageResult
+from harness.triage.model import TriageResult
 from harness.triage.story_facts import (
     NOT_KNOWN,
     cause_line,
@@ -28,6 +28,7 @@ from harness.triage.story_facts import (
     strings,
     word,
 )
+from harness.vocab import StepStatus, TriageStep
 
 
 def t(value: object) -> str:
@@ -68,7 +69,7 @@ def _environment(r: TriageResult) -> list[str]:
 
 
 def _symptom(r: TriageResult) -> list[str]:
-    rep, exp = step_of(r, StepName.REPRODUCE), step_of(r, StepName.EXPLAIN)
+    rep, exp = step_of(r, TriageStep.REPRODUCE), step_of(r, TriageStep.EXPLAIN)
     out = ["## Symptom", ""]
     missing = not_investigated(rep)
     if missing:
@@ -131,7 +132,7 @@ def _reproduction(r: TriageResult) -> list[str]:
 
 
 def _blame(r: TriageResult) -> list[str]:
-    exp, hist = step_of(r, StepName.EXPLAIN), step_of(r, StepName.HISTORY)
+    exp, hist = step_of(r, TriageStep.EXPLAIN), step_of(r, TriageStep.HISTORY)
     out = ["## Blame", ""]
     blame = pick(exp.result, "blame") if exp.status is StepStatus.DONE else None
     if exp.status is not StepStatus.DONE:
@@ -192,7 +193,7 @@ def _blame(r: TriageResult) -> list[str]:
 
 
 def _knobs(r: TriageResult) -> list[str]:
-    step = step_of(r, StepName.KNOBS)
+    step = step_of(r, TriageStep.KNOBS)
     out = ["## Knobs", ""]
     missing = not_investigated(step)
     if missing:
@@ -223,7 +224,7 @@ def _knobs(r: TriageResult) -> list[str]:
 
 
 def _fix(r: TriageResult) -> list[str]:
-    step = step_of(r, StepName.FIXES)
+    step = step_of(r, TriageStep.FIXES)
     out = ["## Fix", ""]
     missing = not_investigated(step)
     if missing:
@@ -256,7 +257,7 @@ def _fix(r: TriageResult) -> list[str]:
 def render_issue(result: TriageResult) -> str:
     """issue.md of a triage, from its steps alone."""
     r = result
-    rep = step_of(r, StepName.REPRODUCE)
+    rep = step_of(r, TriageStep.REPRODUCE)
     title = rep.headline if rep.status is StepStatus.DONE and rep.headline else "triage"
     out = [f"# {t(r.env)}: {t(title)}", ""]
     if r.conclusion:
