@@ -7,7 +7,7 @@ code or its flags: they read them here. README's "Exit codes" table is tested ag
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 
 from harness import vocab
 
@@ -31,10 +31,8 @@ class Kind(StrEnum):
 # exit codes that are not a verdict
 USAGE = 5  # bad input: unknown env/scenario/variant, malformed TOML, missing checkout, drift …
 INTERNAL_ERROR = 70  # a bug in the harness (EX_SOFTWARE); the traceback goes to a file
-BISECT_SKIP = 125  # `git bisect run` contract: this commit cannot be tested
 INTERRUPTED_BASE = 128  # the harness got signal N: exit 128 + N (130 SIGINT, 143 SIGTERM)
 BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of our stdout went away (`harness … | head`)
-BISECT_ABORT = 255  # `git bisect run` stops on any exit code >= 128; 255 is "abort"
 
 
 @dataclass(frozen=True)
@@ -116,11 +114,123 @@ CRASH = OUTCOMES[Kind.CRASH].exit_code  # crash or error exit of the trainer
 BUILD_FAILED = OUTCOMES[Kind.BUILD_FAILED].exit_code
 TIMEOUT_PROGRESSING = OUTCOMES[Kind.TIMEOUT_PROGRESSING].exit_code
 
-# `harness triage ENV` (docs/triage.md): what the investigation found, for CI; an interrupted
-# triage exits 128 + N and bad input 5, as every command
-TRIAGE_FIXED = 0  # a failure was reproduced here and a fix was confirmed on its rates
-TRIAGE_NOT_FIXED = 1  # a failure was reproduced here; no fix was confirmed (or none tried)
-TRIAGE_NOT_REPRODUCED = 7  # no failure was reproduced here (on this host or its profiles)
+
+class CommandExit(IntEnum):
+    """The exit codes of a command that does not exit with a run's verdict: each command's
+    own set, every code with its meaning (`--help` and README's "Exit codes by command" are
+    made from and tested against these). No command says anything but a hang with 2; bad
+    input (5), an interrupt (128 + N) and a harness bug (70) are every command's."""
+
+    meaning: str
+
+    def __new__(cls, code: int, meaning: str) -> CommandExit:
+        member = int.__new__(cls, code)
+        member._value_ = code
+        member.meaning = meaning
+        return member
+
+
+class CompareExit(CommandExit):
+    CONFIRMED = 0, "the baseline fails and every fix's failure rate is below it at 95%"
+    NOT_CONFIRMED = 1, "no fix confirmed: refuted, unsettled, or the baseline did not fail"
+
+
+class SweepExit(CommandExit):
+    RAN = 0, "every cell ran, whatever it found"
+    CELL_FAILED = 1, "a cell could not run (a variant that does not apply, a missing tool)"
+
+
+class DiffExit(CommandExit):
+    """As diff(1)."""
+
+    SAME = 0, "the verdicts are the same (two rates not separated at 95% count as the same)"
+    DIFFERENT = 1, "the verdicts differ"
+
+
+class BisectExit(CommandExit):
+    FOUND = 0, "a first bad commit was named (and the fix, when asked, passes on it)"
+    NOT_FOUND = 1, "no single commit named (a range), or the fix failed on it"
+
+
+class BisectStepExit(CommandExit):
+    """The `git bisect run` contract."""
+
+    GOOD = 0, "good: the commit does not show the failure"
+    BAD = 1, "bad: the commit shows the failure"
+    SKIP = 125, "skip: this commit cannot be tested"
+    ABORT = 255, "abort `git bisect run` (bad input, or a harness bug)"
+
+
+class CheckExit(CommandExit):
+    """`check` on a saved report or log, and `probe`."""
+
+    PASSED = 0, "every check passed"
+    FAILED = 1, "a check failed, or the run did not finish"
+
+
+class DoctorExit(CommandExit):
+    OK = 0, "no probe failed (warnings are facts of the platform)"
+    FAILED = 1, "a probe failed"
+
+
+class PinVerifyExit(CommandExit):
+    VERIFIED = 0, "every pinned file matches its hash"
+    DRIFT = 1, "a pinned file differs or is missing"
+    UNVERIFIED = 10, "no file differs, but some could not be checked (unverified)"
+
+
+class TriageExit(CommandExit):
+    """What the investigation found (docs/triage.md)."""
+
+    FIXED = 0, "a failure was reproduced here and a fix confirmed on its rates"
+    NOT_FIXED = 1, "a failure was reproduced here; no fix was confirmed (or none tried)"
+    BUILD_FAILED = 4, "the baseline's build failed: Reproduce could not run"
+    NOT_REPRODUCED = 7, "no failure was reproduced here (on this host, nor its host profiles)"
+
+
+# the commands with codes of their own; every other command exits with its run's verdict
+COMMAND_EXITS: dict[str, type[CommandExit]] = {
+    "compare": CompareExit,
+    "sweep": SweepExit,
+    "diff": DiffExit,
+    "bisect": BisectExit,
+    "bisect-step": BisectStepExit,
+    "check": CheckExit,
+    "probe": CheckExit,
+    "doctor": DoctorExit,
+    "pin verify": PinVerifyExit,
+    "triage": TriageExit,
+}
+# every command's besides its own
+COMMON_EXITS = (
+    (str(USAGE), "bad input or configuration"),
+    ("128+N", "interrupted by signal N"),
+    (str(INTERNAL_ERROR), "a harness bug (traceback under --report-dir)"),
+)
+
+
+def exit_help(command: str) -> str:
+    """One paragraph for a command's --help: its own codes, then every command's."""
+    own = [(str(int(c)), c.meaning) for c in COMMAND_EXITS[command]]
+    if command == "bisect-step":  # bad input aborts git bisect run: 255, not 5
+        own += COMMON_EXITS[1:]
+    else:
+        own += COMMON_EXITS
+    said = "; ".join(f"{code} {meaning}" for code, meaning in own)
+    return f"Exit codes of {command}: {said}."
+
+
+def verdict_help() -> str:
+    """One paragraph for the --help of a command that exits with its run's verdict."""
+    shown = [o for o in _ALL if o.kind not in (Kind.ERROR, Kind.INTERRUPTED)]
+    said = [f"{o.exit_code} {o.kind}" for o in shown]
+    return (
+        "Exits with the verdict's code: "
+        + ", ".join(said)
+        + "; "
+        + "; ".join(f"{code} {meaning}" for code, meaning in COMMON_EXITS)
+        + "."
+    )
 
 
 def get(kind: str) -> Outcome:

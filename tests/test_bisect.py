@@ -17,7 +17,7 @@ import pytest
 from harness import bisect as bis
 from harness.cli import main as cli_main
 from harness.errors import HarnessError
-from harness.outcome import BISECT_ABORT, USAGE, Kind
+from harness.outcome import USAGE, BisectStepExit, Kind
 from harness.pipeline.options import RunOptions
 from harness.vocab import BisectClass, BisectRole
 from tests.gitrepo import ROOT, SUBJECTS, History, git, make_history, plan_with, write_scenario
@@ -314,7 +314,7 @@ def test_bisect_step_aborts_on_usage_error(main_history: History, tmp_path: Path
     res = subprocess.run(
         cmd, cwd=main_history.root, capture_output=True, text=True, timeout=60, check=False
     )
-    assert res.returncode == BISECT_ABORT, res.stderr
+    assert res.returncode == BisectStepExit.ABORT, res.stderr
     for wrong in (["--repeat", "0"], ["--expct", "hang"]):  # argparse errors too
         res = subprocess.run(
             [*step_command(), "breakout", *wrong],
@@ -324,4 +324,4 @@ def test_bisect_step_aborts_on_usage_error(main_history: History, tmp_path: Path
             timeout=60,
             check=False,
         )
-        assert res.returncode == BISECT_ABORT, res.stderr
+        assert res.returncode == BisectStepExit.ABORT, res.stderr

@@ -23,8 +23,8 @@ from harness.cli import diff as cli_diff
 from harness.cli.options import Parser
 from harness.doctor.fingerprint import take_fingerprint
 from harness.errors import HarnessError
-from harness.outcome import USAGE
-from harness.pipeline.diff import DIFFERENT, SAME, Change, diff_paths, read_side
+from harness.outcome import USAGE, DiffExit
+from harness.pipeline.diff import Change, diff_paths, read_side
 from tests.harness_cli import ROOT, harness
 
 pytestmark = pytest.mark.timeout(120)
@@ -121,10 +121,10 @@ def test_affinity_named_first_next_to_the_verdicts(
     rows = {r.key: r for r in result.verdicts}
     assert (rows["kind"].a, rows["kind"].b) == ("hang", "pass")
     assert rows["mechanism"].a == "stopped" and rows["mechanism"].differs
-    assert result.verdicts_differ and result.exit_code == DIFFERENT
+    assert result.verdicts_differ and result.exit_code == DiffExit.DIFFERENT
     data = result.to_json()
     assert data["differences"][0]["key"] == "trainer_affinity"
-    assert data["exit_code"] == DIFFERENT and data["a"]["verdict"]["kind"] == "hang"
+    assert data["exit_code"] == DiffExit.DIFFERENT and data["a"]["verdict"]["kind"] == "hang"
 
 
 def test_same_verdict_only_the_affinity_differs(passed: Path, tmp_path: Path) -> None:
@@ -132,12 +132,12 @@ def test_same_verdict_only_the_affinity_differs(passed: Path, tmp_path: Path) ->
     b = _copy(passed, tmp_path / "b", _with_host([0, 1]))
     result = diff_paths(a / "report.json", b)  # the file or the folder
     assert result.changes == [Change("host", "trainer_affinity", "0", "0-1")]
-    assert not result.verdicts_differ and result.exit_code == SAME
+    assert not result.verdicts_differ and result.exit_code == DiffExit.SAME
 
 
 def test_a_report_against_itself_differs_in_nothing(passed: Path) -> None:
     result = diff_paths(passed, passed)
-    assert result.changes == [] and result.exit_code == SAME
+    assert result.changes == [] and result.exit_code == DiffExit.SAME
     assert [r.key for r in result.verdicts] == ["kind", "mechanism", "location", "top cause"]
 
 
@@ -203,7 +203,7 @@ def test_aggregates_compare_their_rates(passed: Path, tmp_path: Path) -> None:
     result = diff_paths(flaky, clean / "repeat.json")
     rows = {r.key: r for r in result.verdicts}
     assert rows["hang rate"].a.startswith("7/10 (70%") and rows["hang rate"].b.startswith("0/10")
-    assert result.verdicts_differ and result.exit_code == DIFFERENT
+    assert result.verdicts_differ and result.exit_code == DiffExit.DIFFERENT
     assert any("separated at 95%" in n for n in result.notes)
     assert result.a.report is not None  # the first run's settings, read from its folder
 
@@ -212,7 +212,7 @@ def test_rates_not_separated_are_the_same_with_a_note(passed: Path, tmp_path: Pa
     one = _aggregate(tmp_path / "one", passed, {"hang": 1, "pass": 9})
     two = _aggregate(tmp_path / "two", passed, {"hang": 2, "pass": 8})
     result = diff_paths(one, two)
-    assert result.exit_code == SAME
+    assert result.exit_code == DiffExit.SAME
     assert any("not separated at 95%" in n and "runs a side" in n for n in result.notes)
 
 
@@ -220,8 +220,8 @@ def test_a_report_against_an_aggregate(passed: Path, tmp_path: Path) -> None:
     """One run that hung against 30 clean runs: 0/30's upper bound is under 1/1's lower."""
     hung = _copy(passed, tmp_path / "hung", lambda d: d["verdict"].update(kind="hang"))
     clean = _aggregate(tmp_path / "clean", passed, {"pass": 30})
-    assert diff_paths(hung, clean).exit_code == DIFFERENT
-    assert diff_paths(passed, clean).exit_code == SAME
+    assert diff_paths(hung, clean).exit_code == DiffExit.DIFFERENT
+    assert diff_paths(passed, clean).exit_code == DiffExit.SAME
 
 
 def test_a_moved_aggregate_still_finds_its_first_run(passed: Path, tmp_path: Path) -> None:
@@ -249,7 +249,7 @@ def test_an_aggregate_cannot_point_out_of_its_folder(passed: Path, tmp_path: Pat
     data["directory"] = None
     (outside / "repeat.json").write_text(json.dumps(data))
     result = diff_paths(side.path, outside)
-    assert result.changes == [] and result.exit_code == SAME
+    assert result.changes == [] and result.exit_code == DiffExit.SAME
     assert len([n for n in result.notes if "is not inside" in n]) == 2
 
 
@@ -289,10 +289,10 @@ def test_cli_table_and_json(
 ) -> None:
     a = _copy(passed, tmp_path / "a", _with_host([0]))
     b = _copy(passed, tmp_path / "b", _with_host([0, 1]))
-    assert cli_diff.command(_cli(str(a), str(b))) == SAME
+    assert cli_diff.command(_cli(str(a), str(b))) == DiffExit.SAME
     out = capsys.readouterr().out
     assert "trainer_affinity" in out and "the verdicts are the same" in out
-    assert cli_diff.command(_cli(str(a), str(b), "--json")) == SAME
+    assert cli_diff.command(_cli(str(a), str(b), "--json")) == DiffExit.SAME
     data = json.loads(capsys.readouterr().out)
     assert data["differences"] == [
         {"section": "host", "key": "trainer_affinity", "a": "0", "b": "0-1"}
@@ -313,7 +313,7 @@ def test_harness_diff_registered(passed: Path, tmp_path: Path) -> None:
     ok = subprocess.run(
         [*argv, str(passed), str(passed)], cwd=ROOT, env=env, capture_output=True, timeout=60
     )
-    assert ok.returncode == SAME, ok.stderr
+    assert ok.returncode == DiffExit.SAME, ok.stderr
     bad = subprocess.run(
         [*argv, str(tmp_path), str(passed)], cwd=ROOT, env=env, capture_output=True, timeout=60
     )

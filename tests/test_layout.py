@@ -4,6 +4,7 @@ with one bad import injected (so `.ci/run` would fail on it)."""
 
 from __future__ import annotations
 
+import argparse
 import ast
 import os
 import re
@@ -22,8 +23,9 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
 def _table(section: str) -> list[list[str]]:
+    """The rows of the first table under README's heading `section` (to the next heading)."""
     text = (ROOT / "README.md").read_text()
-    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    body = text.split(f"## {section}\n", 1)[1].split("\n#", 1)[0]
     rows = [ln for ln in body.splitlines() if ln.startswith("|") and not ln.startswith("|---")]
     split = re.compile(r"(?<!\\)\|")
     return [[c.strip() for c in split.split(row)[1:-1]] for row in rows[1:]]
@@ -36,14 +38,7 @@ def test_readme_exit_codes_match_the_registry() -> None:
         code = "128+N" if o.kind == "interrupted" else str(o.exit_code)
         assert code in by_code, f"README has no exit code {code} ({o.kind})"
         assert f"`{o.kind}`" in by_code[code][1], f"README: exit {code} should name {o.kind}"
-    others = {
-        outcome.INTERNAL_ERROR,
-        outcome.BISECT_SKIP,
-        outcome.BROKEN_PIPE,
-        outcome.BISECT_ABORT,
-        outcome.USAGE,
-        outcome.TRIAGE_NOT_REPRODUCED,
-    }
+    others = {outcome.INTERNAL_ERROR, outcome.BROKEN_PIPE, outcome.USAGE}
     for other in others:
         assert str(other) in by_code, f"README has no exit code {other}"
     registered = {str(o.exit_code) for o in outcome.OUTCOMES.values()} | {str(c) for c in others}
@@ -53,6 +48,29 @@ def test_readme_exit_codes_match_the_registry() -> None:
     )
     kinds_named = {k for row in rows for k in re.findall(r"`([a-z-]+)`", row[1])}
     assert kinds_named == set(outcome.KINDS)
+
+
+def test_readme_command_exit_codes_are_the_registry() -> None:
+    """README's "Exit codes by command" is outcome.COMMAND_EXITS, row for row; no command
+    says anything but a hang with the hang's code."""
+    rows = [(r[0].strip("`"), int(r[1]), r[2]) for r in _table("Exit codes by command")]
+    registry = [(n, int(c), c.meaning) for n, codes in outcome.COMMAND_EXITS.items() for c in codes]
+    assert rows == registry
+    assert outcome.HANG not in {code for _, code, _ in registry}
+
+
+def test_every_command_help_gives_its_exit_codes() -> None:
+    """A command's --help is made from the registry: its own codes, or the verdict's."""
+    from harness.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, codes in outcome.COMMAND_EXITS.items():
+        parser = sub.choices[name.split()[0]]
+        assert parser.epilog == outcome.exit_help(name), name
+        assert all(f"{int(c)} {c.meaning}" in parser.epilog for c in codes)
+    for name in ("run", "watch", "attach"):
+        assert sub.choices[name].epilog == outcome.verdict_help()
+        assert "2 hang" in outcome.verdict_help()
 
 
 def test_readme_verdicts_match_the_registry() -> None:

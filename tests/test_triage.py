@@ -138,13 +138,13 @@ def test_estimates_follow_the_measured_costs() -> None:
 
 def test_exit_codes_say_reproduced_and_fixed() -> None:
     result = TriageResult("breakout", Path("."), [Step(n) for n in TriageStep])
-    assert exit_code(result) == outcome.TRIAGE_NOT_REPRODUCED
+    assert exit_code(result) == outcome.TriageExit.NOT_REPRODUCED
     result.reproduced = True
-    assert exit_code(result) == outcome.TRIAGE_NOT_FIXED
+    assert exit_code(result) == outcome.TriageExit.NOT_FIXED
     result.fix_confirmed = "fixed"
-    assert exit_code(result) == outcome.TRIAGE_FIXED
-    codes = {outcome.TRIAGE_FIXED, outcome.TRIAGE_NOT_FIXED, outcome.TRIAGE_NOT_REPRODUCED}
-    assert len(codes) == 3 and outcome.USAGE not in codes
+    assert exit_code(result) == outcome.TriageExit.FIXED
+    codes = {int(c) for c in outcome.TriageExit}
+    assert len(codes) == 4 and not codes & {outcome.USAGE, outcome.HANG}
 
 
 # ---------------------------------------------------------------- --resume refuses, one line
@@ -249,7 +249,7 @@ def test_replica_triage(
         res = triage("breakout", "--pin", str(pin), *FAST, *SHORT_RUNS,
                      report_dir=tmp_path / label, env=cache_env, timeout=800)  # fmt: skip
         times[label] = time.monotonic() - start
-        assert res.returncode == outcome.TRIAGE_FIXED, res.stderr[-3000:] + res.stdout
+        assert res.returncode == outcome.TriageExit.FIXED, res.stderr[-3000:] + res.stdout
         data, result = _loaded(_folder(tmp_path / label))
         assert result.reproduced and result.fix_confirmed == "fixed"
         assert result.finished_at and result.host.get("kernel")
@@ -309,7 +309,7 @@ def test_a_budget_too_small_skips_steps_with_their_reason(
     # 2 s: a run takes about 2 s since the closed-set verdict (1.4 s) and two run at once,
     # so Reproduce's first round (4 runs) uses it all, whatever the host's speed
     res = triage("breakout", *FAST, "--budget", "2", report_dir=tmp_path, env=cache_env)
-    assert res.returncode == outcome.TRIAGE_NOT_FIXED, res.stderr[-3000:]
+    assert res.returncode == outcome.TriageExit.NOT_FIXED, res.stderr[-3000:]
     _, result = _loaded(_folder(tmp_path))
     assert result.reproduced and result.finished_at
     assert _step(result, TriageStep.REPRODUCE).status is StepStatus.DONE
@@ -337,7 +337,7 @@ def test_not_reproduced_here_nor_under_the_pins_host(
         report_dir=tmp_path,
         env={**cache_env, "REPLICA_FIX": "omp,guards"},
     )
-    assert res.returncode == outcome.TRIAGE_NOT_REPRODUCED, res.stderr[-3000:]
+    assert res.returncode == outcome.TriageExit.NOT_REPRODUCED, res.stderr[-3000:]
     _, result = _loaded(_folder(tmp_path))
     rep = _step(result, TriageStep.REPRODUCE).result
     assert [t["host"] for t in rep["tried_hosts"]] == [None, "container-1cpu"]

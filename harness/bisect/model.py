@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from harness import __version__, outcome
 from harness.config.pin import Pin
-from harness.outcome import Kind
+from harness.outcome import BisectExit, Kind
 from harness.pipeline.options import RunOptions
 from harness.report.runs import RunRow
 from harness.source.gitrepo import CommitInfo
@@ -235,7 +235,8 @@ class BisectResult:
     def exit_code(self) -> int:
         """0: a first bad commit was named (and the fix, if asked, passes on it); 1: not."""
         found = self.status is BisectStatus.FOUND
-        return 0 if found and self.fix_confirmed is not False else 1
+        named = found and self.fix_confirmed is not False
+        return BisectExit.FOUND if named else BisectExit.NOT_FOUND
 
     def totals(self) -> dict[str, int]:
         runs = self.runs

@@ -10,14 +10,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from harness import outcome
 from harness.bisect.model import BisectOptions, BisectResult, StepRecord
 from harness.bisect.render import render_markdown, steps_matrix
 from harness.bisect.steps import expected, setup_for, shown, try_commit
 from harness.errors import HarnessError, Interrupted
 from harness.filenames import REPORT_JSON, REPORT_MD
 from harness.files import atomic_write
-from harness.outcome import USAGE
+from harness.outcome import USAGE, BisectStepExit
 from harness.report import store
 from harness.report.matrix import publish, write_index
 from harness.source.gitrepo import commit_info, diffstat, first_parent_range, is_ancestor, resolve
@@ -196,11 +195,9 @@ def bisect_step(opts: BisectOptions) -> int:
         head = commit_info(setup.root, resolve(setup.root, "HEAD"))
     except HarnessError as exc:
         print(f"harness bisect-step: error: {exc.message} (aborting)", file=sys.stderr)
-        return outcome.BISECT_ABORT
+        return BisectStepExit.ABORT
     step = try_commit(setup, head, BisectRole.STEP, 0, opts.run.variant, opts.run.report_dir)
-    code = {BisectClass.GOOD: 0, BisectClass.BAD: 1, BisectClass.SKIP: outcome.BISECT_SKIP}[
-        step.classification
-    ]
+    code = BisectStepExit[step.classification.name]
     counts = step.counts()
     print(
         f"harness bisect-step: {head.short} {head.subject}: {shown(step)} → "

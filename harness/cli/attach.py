@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import Any
 
+from harness import outcome
 from harness.cli import options
 from harness.cli.output import finish
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S
@@ -18,6 +19,7 @@ DEFAULT_DURATION_S = 10.0
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         NAME,
+        epilog=outcome.verdict_help(),
         help="diagnose a running process and its descendants: harness attach PID",
         description="Watch a running process tree for up to --duration seconds (stopping "
         "early once it is quiescent: every thread blocked on the tree), sample its stacks, "

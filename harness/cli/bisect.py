@@ -17,6 +17,7 @@ from harness.build import cache_root
 from harness.cli import options
 from harness.errors import HarnessError
 from harness.hazards.expect import HazardExpect
+from harness.outcome import BisectStepExit
 from harness.vocab import AUTO
 
 NAMES = ("bisect", "bisect-step")
@@ -77,6 +78,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "bisect",
+        epilog=outcome.exit_help("bisect"),
         help="find the first bad commit between --good and --bad",
         description="Search the first-parent history between --good and --bad for the first "
         "commit that shows the expected failure, building (cached) and running each tested "
@@ -101,9 +103,9 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     s = sub.add_parser(
         "bisect-step",
         help="test HEAD for `git bisect run` (0/1/125)",
-        description="The test for `git bisect run`: run the harness on the checkout's HEAD "
-        "and exit 0 (good), 1 (bad), 125 (skip: untestable) or 255 (abort: a usage error).",
-        usage_exit=outcome.BISECT_ABORT,
+        description="The test for `git bisect run`: run the harness on the checkout's HEAD.",
+        epilog=outcome.exit_help("bisect-step"),
+        usage_exit=BisectStepExit.ABORT,
     )
     _add_common(s)
     options.add_report_options(s, default=None)
@@ -139,10 +141,10 @@ def _step(args: argparse.Namespace) -> int:
         opts = _options(args)
     except HarnessError as exc:  # e.g. a malformed --env: the user's error, abort
         print(f"harness bisect-step: error: {exc.message} (aborting)", file=sys.stderr)
-        return outcome.BISECT_ABORT
+        return BisectStepExit.ABORT
     try:
         return bisect_step(opts)
     except Exception:  # a harness bug must stop git bisect run, not mark the commit bad
         traceback.print_exc()
         print("harness bisect-step: internal error (aborting)", file=sys.stderr)
-        return outcome.BISECT_ABORT
+        return BisectStepExit.ABORT

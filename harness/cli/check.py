@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness import outcome
 from harness.cli import options
 from harness.cli.output import check_mark
+from harness.outcome import CheckExit
 from harness.text import terminal_safe
 
 NAME = "check"
@@ -17,6 +19,7 @@ NAME = "check"
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         NAME,
+        epilog=outcome.exit_help("check"),
         help="re-run a scenario's checks on a saved report or log",
         description="Evaluate a scenario's checks on a saved report folder (or its "
         "report.json, or a raw output log) exactly as a live run does. Exits 0 when every "
@@ -60,4 +63,4 @@ def command(args: argparse.Namespace) -> int:
         print(f"{len(results) - len(failed)}/{len(results)} checks passed")
         if checked.unfinished and status is not None:
             print(f"not a pass: the run did not finish ({status.status} at stage {status.stage})")
-    return 1 if failed or checked.unfinished else 0
+    return CheckExit.FAILED if failed or checked.unfinished else CheckExit.PASSED

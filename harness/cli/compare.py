@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness import outcome
 from harness.cli import options, repeating
 from harness.config.defaults import compare_baseline
 
@@ -15,10 +16,11 @@ NAME = "compare"
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         NAME,
+        epilog=outcome.exit_help("compare"),
         help="run one scenario for several variants, side by side",
         description="Run the scenario for each variant, each run a child harness with its "
         "own report. The first variant is the baseline, expected to reproduce a failure; the "
-        "fix is confirmed (exit 0; else 1) when it does and each other variant's failure rate "
+        "fix is confirmed when it does and each other variant's failure rate "
         "is below the baseline's at 95% (upper bound under lower bound). By default "
         "(--repeat auto) runs are added in rounds until that is settled or the cap is hit.",
     )

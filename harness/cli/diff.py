@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.outcome import USAGE
-from harness.pipeline.diff import DIFFERENT, SAME, DiffResult, diff_paths
+from harness import outcome
+from harness.pipeline.diff import DiffResult, diff_paths
 from harness.text import terminal_safe
 
 NAME = "diff"
@@ -30,9 +30,8 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "settings and host, its rates the verdict). Lists what differs that could matter "
         "(the host fingerprint, CPU affinity first; pin and source hashes; variant; trainer "
         "arguments, environment and knobs; build; conditions; limits) next to the verdicts. "
-        f"Runs nothing. Exit {SAME} when the verdicts are the same (rates not separated at "
-        f"95% count as the same), {DIFFERENT} when they differ, {USAGE} for input that is "
-        "not a report.",
+        "Runs nothing.",
+        epilog=outcome.exit_help(NAME),
     )
     p.add_argument("a", type=Path, metavar="A", help="a report or repeat aggregate")
     p.add_argument("b", type=Path, metavar="B", help="the other one")

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from harness import outcome
 from harness.cli import options
 
 NAME = "doctor"
@@ -14,6 +15,7 @@ NAME = "doctor"
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         NAME,
+        epilog=outcome.exit_help("doctor"),
         help="probe this platform: tools, OpenMP (after fork), ptrace, NVML, CUDA",
         description="Probe what the harness and the trainer need from this host, each probe "
         "with its own timeout. Exits 1 when a probe fails, else 0.",

@@ -8,17 +8,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness import outcome
 from harness.config import pin as pinmod
 from harness.config.defaults import default_pin
 from harness.config.schemas import json_schemas
 from harness.errors import HarnessError
 from harness.files import atomic_write
-from harness.outcome import USAGE
+from harness.outcome import USAGE, PinVerifyExit
 from harness.report.model import plain
 from harness.source import git as gitsource
 from harness.source import gitrepo, verify_source
 from harness.source.verify import describe_verification
-from harness.vocab import SourceKind
+from harness.vocab import SourceKind, SourceStatus
 
 NAME = "pin"
 
@@ -26,9 +27,10 @@ NAME = "pin"
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         NAME,
+        epilog=outcome.exit_help("pin verify"),
         help="show, verify, update or fetch an upstream pin; write the config schemas",
         description="show: the pin as resolved (with what it extends); verify: compare the "
-        "source with the pin (exit 0 verified, 1 drift, 2 unverified); update: write the "
+        "source with the pin; update: write the "
         "checkout's commit and file hashes into the pin file; fetch: clone the pinned commit; "
         "schema: the JSON Schemas of pin, scenario, transform and causes files (one JSON "
         "object on stdout, or one <name>.schema.json each in --out DIR).",
@@ -66,7 +68,8 @@ def command(args: argparse.Namespace) -> int:
         print(json.dumps(plain(verification), indent=2))
     else:
         print(describe_verification(pin, verification))
-    return {"verified": 0, "drift": 1}.get(verification.status, 2)
+    codes = {SourceStatus.VERIFIED: PinVerifyExit.VERIFIED, SourceStatus.DRIFT: PinVerifyExit.DRIFT}
+    return codes.get(verification.status, PinVerifyExit.UNVERIFIED)
 
 
 def _update(pin: pinmod.Pin, checkout: Path | None) -> int:

@@ -6,8 +6,10 @@ import argparse
 import json
 from typing import Any
 
+from harness import outcome
 from harness.cli import options
 from harness.cli.output import check_mark
+from harness.outcome import CheckExit
 
 NAME = "probe"
 
@@ -15,6 +17,7 @@ NAME = "probe"
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         NAME,
+        epilog=outcome.exit_help("probe"),
         help="step an env header with random actions: reward bounds",
         description="Compile our probe driver against the (variant's) env header, step "
         "many envs with random actions and check raw and clamped rewards against the "
@@ -41,7 +44,7 @@ def command(args: argparse.Namespace) -> int:
     )
     if args.json:
         print(json.dumps({"probe": res.data, "checks": [vars(c) for c in res.checks]}, indent=2))
-        return 0 if res.ok else 1
+        return CheckExit.PASSED if res.ok else CheckExit.FAILED
     d = res.data
     print(
         f"harness probe {res.env}: {d['num_envs']} envs x {d['steps']} steps "
@@ -60,4 +63,4 @@ def command(args: argparse.Namespace) -> int:
             f"  {check_mark(c.status)} {c.name}: {c.observed} in {c.bound}"
             + (f" ({c.message})" if c.message else "")
         )
-    return 0 if res.ok else 1
+    return CheckExit.PASSED if res.ok else CheckExit.FAILED

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness import outcome
 from harness.cli import options, repeating
 
 NAME = "run"
@@ -13,12 +14,11 @@ NAME = "run"
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         NAME,
+        epilog=outcome.verdict_help(),
         help="build and run an env under the watchdog",
         description="Build the pinned upstream (or a variant of it), run the scenario's "
         "trainer under the startup/stall/wall watchdog, sample every thread on a suspected "
-        "hang, classify what happened, check the metrics and write a report. Exits with the "
-        "verdict's code (0 pass, 1 check failed, 2 hang, 3 crash or error exit, 4 build "
-        "failed, 6 timeout while progressing).",
+        "hang, classify what happened, check the metrics and write a report.",
     )
     options.add_env_argument(p)
     options.add_scenario_options(p)

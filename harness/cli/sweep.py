@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness import outcome
 from harness.cli import options, repeating
 from harness.filenames import table_json
 from harness.vocab import TableKind
@@ -18,6 +19,7 @@ NAME = "sweep"
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         NAME,
+        epilog=outcome.exit_help("sweep"),
         help="run a knob matrix (config × env × variants) and say which knobs matter",
         description="Run the scenario for each cell of the cartesian product of --set, "
         "--env, --variants and --host values (--repeat N times each), each run a normal "

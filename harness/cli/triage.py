@@ -38,6 +38,7 @@ def _budget(text: str) -> float:
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         NAME,
+        epilog=outcome.exit_help("triage"),
         help="the whole investigation in one command: reproduce, explain, knobs, fixes, history",
         description="Reproduce the failure with the stock variant (repeated until a rate can "
         "be stated; under the pin's host profiles where it does not fail here), explain it "

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness import outcome
 from harness.cli import hostopts, options, repeating
 from harness.execute.watchdog import DEFAULT_QUIESCENT_S
 
@@ -19,6 +20,7 @@ DEFAULT_WINDOW_S = 60.0
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         NAME,
+        epilog=outcome.verdict_help(),
         help="watch any command: harness watch [options] -- CMD ...",
         description="Run any command under the watchdog (default: startup and stall "
         f"{DEFAULT_WINDOW_S:g}s, wall {DEFAULT_LIMIT_S:g}s), sample its threads on a suspected "

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from harness.doctor.model import SCHEMA, STATUSES, Probe
+from harness.outcome import DoctorExit
 from harness.vocab import DoctorStatus
 
 
@@ -53,4 +54,5 @@ def to_json(probes: Sequence[Probe]) -> dict[str, Any]:
 
 def exit_code(probes: Sequence[Probe]) -> int:
     """1 when any probe fails, else 0 (warnings are platform facts, not failures)."""
-    return 1 if any(p.status == DoctorStatus.FAIL for p in probes) else 0
+    failed = any(p.status == DoctorStatus.FAIL for p in probes)
+    return DoctorExit.FAILED if failed else DoctorExit.OK

@@ -13,7 +13,7 @@ from harness.config.defaults import compare_baseline, default_pin
 from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError, Interrupted
-from harness.outcome import USAGE
+from harness.outcome import USAGE, CompareExit
 from harness.pipeline.children import ChildRuns
 from harness.pipeline.decide import Judged, judge_compare, next_round
 from harness.pipeline.options import RunOptions
@@ -58,7 +58,7 @@ class CompareResult:
             code = row.exit_code
             if code is not None and code >= outcome.INTERRUPTED_BASE:  # the compare stopped
                 return code
-        return 0 if self.confirmed else 1
+        return CompareExit.CONFIRMED if self.confirmed else CompareExit.NOT_CONFIRMED
 
     def matrix(self) -> Matrix:
         return Matrix(

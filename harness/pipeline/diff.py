@@ -10,9 +10,10 @@ the variant, the trainer's arguments and environment, the knobs among its argume
 build, the conditions the run imposed, the run's own settings; next to how the verdicts
 differ (kind, mechanism, location, top cause; or the rates, with their 95% intervals).
 
-Exit codes, like diff(1): SAME (0) when the verdicts are the same (two rates that are not
-separated at 95% count as the same, with a note of how many runs would settle it),
-DIFFERENT (1) when they differ, USAGE (5) for input that is not a report or an aggregate.
+Exit codes, like diff(1) (outcome.DiffExit): SAME (0) when the verdicts are the same (two
+rates that are not separated at 95% count as the same, with a note of how many runs would
+settle it), DIFFERENT (1) when they differ, USAGE (5) for input that is not a report or an
+aggregate.
 Reading the two sides (bounded, inside their folders) is diffsides'; this module compares."""
 
 from __future__ import annotations
@@ -26,13 +27,12 @@ from typing import Any
 
 from harness.doctor.fingerprint import compare_fingerprints, shown
 from harness.execute.conditions import HostConditions
+from harness.outcome import DiffExit
 from harness.pipeline.diffsides import Side, read_side
 from harness.report.model import Report, plain
 from harness.stats import runs_to_separate, separated
 
 __all__ = [
-    "DIFFERENT",
-    "SAME",
     "SCHEMA_VERSION",
     "Change",
     "DiffResult",
@@ -46,8 +46,6 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1  # of `harness diff --json`
-SAME = 0  # the verdicts are the same (diff(1)'s 0)
-DIFFERENT = 1  # the verdicts differ (diff(1)'s 1)
 
 
 @dataclass(frozen=True)
@@ -87,7 +85,7 @@ class DiffResult:
 
     @property
     def exit_code(self) -> int:
-        return DIFFERENT if self.verdicts_differ else SAME
+        return DiffExit.DIFFERENT if self.verdicts_differ else DiffExit.SAME
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -21,7 +21,7 @@ from harness.config.defaults import default_pin
 from harness.config.pin import check_env, load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError, Interrupted
-from harness.outcome import USAGE, Kind
+from harness.outcome import USAGE, Kind, SweepExit
 from harness.pipeline.children import ChildRuns
 from harness.pipeline.decide import failures_text, judge_knob
 from harness.pipeline.options import RunOptions
@@ -86,7 +86,8 @@ class SweepResult:
     def exit_code(self) -> int:
         """0 when every cell ran (whatever it found), 1 when some could not."""
         # a repeated cell counts its runs: one that could not run fails the sweep too
-        return 1 if any(Kind.ERROR in r.kinds for r in self.rows) else 0
+        failed = any(Kind.ERROR in r.kinds for r in self.rows)
+        return SweepExit.CELL_FAILED if failed else SweepExit.RAN
 
     def matrix(self) -> Matrix:
         return Matrix(

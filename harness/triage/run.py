@@ -23,7 +23,7 @@ from harness.config.scenario import load_scenario
 from harness.errors import HarnessError, Interrupted
 from harness.filenames import TRIAGE_JSON
 from harness.files import atomic_write
-from harness.outcome import Kind
+from harness.outcome import Kind, TriageExit
 from harness.pipeline.options import option_flags
 from harness.pipeline.stages import limits_for
 from harness.report import store
@@ -377,12 +377,12 @@ def _story(result: TriageResult) -> list[Path]:
 
 
 def exit_code(result: TriageResult) -> int:
-    """outcome.TRIAGE_FIXED (0) reproduced and a fix confirmed; TRIAGE_NOT_FIXED (1)
-    reproduced, no fix confirmed; TRIAGE_NOT_REPRODUCED (7) no failure here."""
+    """The code of what the triage found (outcome.TriageExit); bad input (5) when
+    Reproduce could not run for another reason than its build."""
     repro = result.step(TriageStep.REPRODUCE)
     if repro.status is StepStatus.FAILED:  # could not run (a build failed): no answer
         failed_build = repro.reason.startswith("the build of")
-        return outcome.BUILD_FAILED if failed_build else outcome.USAGE
+        return TriageExit.BUILD_FAILED if failed_build else outcome.USAGE
     if not result.reproduced:
-        return outcome.TRIAGE_NOT_REPRODUCED
-    return outcome.TRIAGE_FIXED if result.fix_confirmed else outcome.TRIAGE_NOT_FIXED
+        return TriageExit.NOT_REPRODUCED
+    return TriageExit.FIXED if result.fix_confirmed else TriageExit.NOT_FIXED
