@@ -25,3 +25,8 @@ class Interrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(f"interrupted by signal {signum}")
         self.signum = signum
+
+    def left(self) -> str:
+        """What the interruption left written, for the command line's one line; a command
+        that had written something raises a subclass that says what and where."""
+        return "before the run's report folder was made: nothing was written"

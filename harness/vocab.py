@@ -65,7 +65,7 @@ class Mechanism(StrEnum):
 
 
 class Trigger(StrEnum):
-    """What ended the watching (report.json trigger); execute/watchdog.py decides it."""
+    """What ended the watching (report.json trigger); watch/watchdog.py decides it."""
 
     STARTUP = "startup"  # no first progress within the startup window
     STALL = "stall"  # progress stopped for longer than the stall window
@@ -139,7 +139,7 @@ class WaitKind(StrEnum):
 
 
 class WakeEnd(StrEnum):
-    """Where a wake chain ends (execute/wakegraph.py): why nothing ends the first wait."""
+    """Where a wake chain ends (watch/wakegraph.py): why nothing ends the first wait."""
 
     CYCLE = "cycle"  # back to a thread already on the chain: they wait for each other
     NOBODY = "nobody"  # no live thread could end the wait (a private futex, its only thread)
@@ -154,7 +154,7 @@ class WakeEnd(StrEnum):
 
 class WaitVia(StrEnum):
     """What a waiting thread waits on, by kind of kernel object (the wake graph's links,
-    execute/wakegraph.py): what the graph's readings (the wake-chain causes) match on."""
+    watch/wakegraph.py): what the graph's readings (the wake-chain causes) match on."""
 
     FUTEX = "futex"  # a futex: a condition, an event, a semaphore, a lock with no owner read
     MUTEX = "mutex"  # a pthread mutex whose owner was read from memory

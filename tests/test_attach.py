@@ -513,8 +513,12 @@ REALWORLD = [
 def test_attach_on_a_real_world_hang(
     case_id: str, tmp_path: Path, spawn: Callable[..., Spawned]
 ) -> None:
-    from harness.pipeline.attach import NEEDS_HISTORY
+    from harness.analysis.causes import checked_rules
+    from harness.analysis.detectors import Need
     from tests.realworld.corpus import HERE, load_cases
+
+    history = {c.rule.id for c in checked_rules() if Need.HISTORY in c.detector.needs}
+    assert {"dead-worker", "pool-lost-worker", "openmp-after-fork", "fork-with-threads"} <= history
 
     (case,) = [c for c in load_cases() if c.id == case_id]
     assert case.expect is not None
@@ -528,7 +532,7 @@ def test_attach_on_a_real_world_hang(
     verdict = report["verdict"]
     assert (verdict["kind"], verdict["mechanism"]) == ("hang", case.expect.mechanism), verdict
     causes = [c["id"] for c in verdict["causes"]]
-    if case.expect.cause in NEEDS_HISTORY and not causes:
+    if case.expect.cause in history and not causes:
         # the death happened before the first look and left nothing to see: the note says
         # which cause needed it
         assert case.expect.cause in " ".join(report["notes"]), report["notes"]

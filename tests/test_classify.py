@@ -7,10 +7,10 @@ import subprocess
 
 from harness.analysis import classify
 from harness.config.signatures import Pattern, load_signatures
-from harness.execute.watchdog import Trigger
 from harness.process import signals
 from harness.sampling.model import Frame, SampleSet, ThreadActivity, ThreadStack
 from harness.vocab import StackToolName
+from harness.watch.watchdog import Trigger
 
 SIGS = load_signatures().with_own(
     [Pattern("env_start", (re.compile(r"env_start(\._omp_fn\.\d+)?"),))]

@@ -16,11 +16,11 @@ from harness.analysis.detectors import DETECTORS, run
 from harness.analysis.detectors.wake import WakeParams, counted
 from harness.config.causes import rule_from_table
 from harness.errors import HarnessError
-from harness.execute import fdwaits, wakegraph
-from harness.execute import quiescence as q
 from harness.outcome import Kind
 from harness.sampling.model import SampleSet, Snapshot, WakeChain, WakeLink
 from harness.vocab import Mechanism, WaitVia, WakeEnd
+from harness.watch import fdwaits, wakegraph
+from harness.watch import quiescence as q
 from tests.test_wakegraph import (
     FLOCK,
     POLL,

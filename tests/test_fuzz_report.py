@@ -27,7 +27,6 @@ from harness.analysis.causes import Cause
 from harness.analysis.checks import CheckResult
 from harness.analysis.classify import Verdict
 from harness.errors import HarnessError
-from harness.execute.watchdog import Limits
 from harness.outcome import USAGE, Kind
 from harness.report import load
 from harness.report.console import print_summary
@@ -35,6 +34,7 @@ from harness.report.junit import render_junit
 from harness.report.markdown import render_report
 from harness.report.model import CommandInfo, Report
 from harness.vocab import CheckStatus, Confidence, Mechanism, RunMode, RunStatus, Stage, Trigger
+from harness.watch.watchdog import Limits
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples" / "lock-cycle.json"
 FOLDER = Path(tempfile.mkdtemp(prefix="fuzz-report-"))  # report files written per example

@@ -18,10 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.execute import housekeeping as hk
-from harness.execute.quiescence import HOUSEKEEPING, X86_64, tree_waits
-from harness.execute.treefacts import FactReader
-from harness.execute.watchloop import WatchLoop
 from harness.sampling.model import (
     Frame,
     ProcessSample,
@@ -31,6 +27,10 @@ from harness.sampling.model import (
     ThreadStack,
 )
 from harness.vocab import StackToolName, WaitKind
+from harness.watch import housekeeping as hk
+from harness.watch.quiescence import HOUSEKEEPING, X86_64, tree_waits
+from harness.watch.treefacts import FactReader
+from harness.watch.watchloop import WatchLoop
 from tests.harness_cli import HarnessResult, harness, tree_is_gone
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from harness.execute.watchdog import (
+from harness.watch.watchdog import (
     MAX_PAUSES,
     SETTLE_S,
     Limits,

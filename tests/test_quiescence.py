@@ -18,11 +18,11 @@ import pytest
 
 from harness.analysis.classify import classify
 from harness.config.signatures import load_signatures
-from harness.execute import quiescence as q
-from harness.execute.watchdog import Limits, Trigger, Watchdog
-from harness.execute.watchloop import TIMELINE_POINTS, WatchLoop, describe_status
 from harness.sampling.model import ProcessSample, SampleSet, Snapshot, ThreadSample, ThreadWait
 from harness.vocab import WaitKind
+from harness.watch import quiescence as q
+from harness.watch.watchdog import Limits, Trigger, Watchdog
+from harness.watch.watchloop import TIMELINE_POINTS, WatchLoop, describe_status
 from tests.harness_cli import HarnessResult, harness, tree_is_gone
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)

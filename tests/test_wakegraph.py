@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import struct
 
-from harness.execute import quiescence as q
-from harness.execute import wakefacts, wakegraph
-from harness.execute.closedwatch import CLOSED_LOOKS, ClosedWatch
-from harness.execute.watchdog import CLOSED_CONFIRM_S, Limits, Trigger, Watchdog
 from harness.pipeline import diagnose
 from harness.sampling.model import ProcessSample, Snapshot, ThreadSample
 from harness.vocab import WakeEnd
+from harness.watch import quiescence as q
+from harness.watch import wakefacts, wakegraph
+from harness.watch.closedwatch import CLOSED_LOOKS, ClosedWatch
+from harness.watch.watchdog import CLOSED_CONFIRM_S, Limits, Trigger, Watchdog
 
 FUTEX, NANOSLEEP, WAIT4, READ, POLL, FLOCK, RECVFROM = 202, 35, 61, 0, 7, 73, 45
 PRIVATE_WAIT = 128  # FUTEX_WAIT | FUTEX_PRIVATE_FLAG

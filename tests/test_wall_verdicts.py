@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness import outcome
-from harness.execute.watchdog import Limits, Trigger, Watchdog
 from harness.outcome import Kind
+from harness.watch.watchdog import Limits, Trigger, Watchdog
 from tests.harness_cli import HarnessResult, harness
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)

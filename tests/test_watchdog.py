@@ -1,4 +1,4 @@
-from harness.execute.watchdog import Limits, Trigger, Watchdog
+from harness.watch.watchdog import Limits, Trigger, Watchdog
 
 LIMITS = Limits(wall_s=60, startup_s=10, stall_s=5)
 

@@ -16,13 +16,13 @@ from harness import outcome
 from harness.analysis import location as locating
 from harness.analysis.causes import Cause
 from harness.config.signatures import Signatures
-from harness.execute.watchdog import Trigger
 from harness.outcome import Kind
 from harness.process.signals import signal_name
 from harness.sampling.model import WAKE_EVIDENCE, Frame, SampleSet, ThreadStack, WakeChain
 from harness.sampling.runtimes import SHIM_RUNTIME
 from harness.source.blame import HangBlame
 from harness.vocab import Mechanism, WaitKind, WakeEnd
+from harness.watch.watchdog import Trigger
 
 CRASH_SIGNALS = {
     signal.SIGSEGV,
@@ -58,7 +58,7 @@ class Verdict:
     blame_skipped: str = ""  # why there is no blame, when a hang was located
     # who waits for whom: "pid 100 waits for child pid 101, which is blocked in <location>"
     waits_for: str = ""
-    # the wake chain (execute/wakegraph.py): from the thread the user sees waiting, who alone
+    # the wake chain (watch/wakegraph.py): from the thread the user sees waiting, who alone
     # could end each wait, to where it ends ("… → ends: dead: tid 12 …")
     wake_chain: str = ""
     # the harness command that tests the pin's fixes on this run ("harness compare ENV

@@ -36,7 +36,7 @@ from harness.cli import (
 )
 from harness.cli.options import Parser
 from harness.errors import HarnessError, Interrupted
-from harness.filenames import INTERNAL_ERROR_TXT, REPORT_JSON
+from harness.filenames import INTERNAL_ERROR_TXT
 from harness.files import atomic_write
 from harness.outcome import Kind
 from harness.text import terminal_safe
@@ -185,37 +185,9 @@ def _interruption_in(exc: BaseException) -> Interrupted | None:
     return None
 
 
-def _raised_by(exc: Interrupted, module: str, name: str) -> bool:
-    """`exc` is `module.name`, looked up only if that module was imported: a pipeline that
-    never ran cannot have raised its own exception (the CLI starts without importing every
-    pipeline: a child harness's start-up is its import time)."""
-    cls = getattr(sys.modules.get(module), name, None)
-    return isinstance(cls, type) and isinstance(exc, cls)
-
-
 def _interrupted(exc: Interrupted) -> int:
     """One line: where the interruption left the report (none before the run's folder)."""
-    if _raised_by(exc, "harness.pipeline.repeat", "RunsInterrupted"):
-        assert hasattr(exc, "runs") and hasattr(exc, "folder")
-        line = (
-            f"harness: interrupted by signal {exc.signum} after {exc.runs} finished run(s); "
-            f"their table and every run's report: {exc.folder}"
-        )
-    elif _raised_by(exc, "harness.pipeline.run", "RunInterrupted"):
-        assert hasattr(exc, "report") and hasattr(exc, "stage")
-        folder = exc.report.directory
-        failed = exc.report.unwritten.get(REPORT_JSON)
-        where = (
-            f"report (status {exc.report.status}): {folder}"
-            if failed is None
-            else f"the report could not be written in {folder}: {failed}"
-        )
-        line = f"harness: interrupted by signal {exc.signum} at stage {exc.stage}; {where}"
-    else:
-        line = (
-            f"harness: interrupted by signal {exc.signum} before the run's report folder "
-            "was made: nothing was written"
-        )
+    line = f"harness: interrupted by signal {exc.signum} {exc.left()}"
     with contextlib.suppress(OSError):
         print(line, file=sys.stderr)
     return outcome.interrupted_code(exc.signum)

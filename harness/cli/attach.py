@@ -10,7 +10,7 @@ from typing import Any
 from harness import outcome
 from harness.cli import options
 from harness.cli.output import finish
-from harness.execute.watchdog import DEFAULT_QUIESCENT_S
+from harness.watch.watchdog import DEFAULT_QUIESCENT_S
 
 NAME = "attach"
 DEFAULT_DURATION_S = 10.0

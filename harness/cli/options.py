@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from harness.cli.assignments import split_assignments
 from harness.cli.hostopts import add_host_options, host_conditions
-from harness.execute.watchdog import DEFAULT_QUIESCENT_S
 from harness.filenames import REPORT_JSON
 from harness.outcome import USAGE
 from harness.sampling import tools as stack_tools
 from harness.vocab import AUTO
+from harness.watch.watchdog import DEFAULT_QUIESCENT_S
 
 # Every command's parser is built on each start (`harness --help` too), so this module
 # and the command modules import at top level only what a parser needs; the pipeline

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness import outcome
 from harness.cli import hostopts, options, repeating
-from harness.execute.watchdog import DEFAULT_QUIESCENT_S
+from harness.watch.watchdog import DEFAULT_QUIESCENT_S
 
 NAME = "watch"
 DEFAULT_LIMIT_S = 600.0

@@ -25,13 +25,13 @@ from pathlib import Path
 import psutil
 
 from harness.execute.runner import SampleOptions
-from harness.execute.watchdog import CLOSED_CONFIRM_S
-from harness.execute.watchloop import WATCH_INTERVAL_S, WatchLoop
 from harness.process import proctree
 from harness.sampling import procfs
 from harness.sampling.model import SampleSet
 from harness.sampling.sample import sample_tree
 from harness.sampling.tools import NONE
+from harness.watch.watchdog import CLOSED_CONFIRM_S
+from harness.watch.watchloop import WATCH_INTERVAL_S, WatchLoop
 
 CAP_SYS_PTRACE = 19
 POLL_S = 0.1

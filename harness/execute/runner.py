@@ -20,21 +20,21 @@ from harness import dashboard
 from harness.config.hostprofile import parse_cpu_list
 from harness.dashboard.registry import Parser
 from harness.errors import HarnessError, Interrupted
-from harness.execute import attrigger
 from harness.execute import conditions as host
-from harness.execute.closedwatch import closed_words
 from harness.execute.load import NoisyNeighbour
 from harness.execute.output import OutputPump
-from harness.execute.watchdog import Limits, Pause, Trigger, Watchdog, pause_threshold
-from harness.execute.watchloop import WATCH_INTERVAL_S, WatchLoop
 from harness.files import write_failure
 from harness.process import proctree, reaper
 from harness.sampling.model import SampleSet, Snapshot
 from harness.sampling.sample import sample_tree
+from harness.watch import attrigger
+from harness.watch.closedwatch import closed_words
+from harness.watch.watchdog import Limits, Pause, Trigger, Watchdog, pause_threshold
+from harness.watch.watchloop import WATCH_INTERVAL_S, WatchLoop
 
 POLL_S = 0.1
 # CLOCK_BOOTTIME counts a suspend of the machine, which CLOCK_MONOTONIC (the watchdog's
-# clock) does not: read beside it only to note a suspend (harness/execute/watchdog.py)
+# clock) does not: read beside it only to note a suspend (harness/watch/watchdog.py)
 _BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
 
 

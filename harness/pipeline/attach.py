@@ -18,6 +18,8 @@ from pathlib import Path
 import psutil
 
 from harness.analysis import classify
+from harness.analysis.causes import checked_rules
+from harness.analysis.detectors import Need
 from harness.config.signatures import load_signatures
 from harness.doctor.fingerprint import take_fingerprint
 from harness.errors import HarnessError
@@ -30,9 +32,7 @@ from harness.execute.attach import (
     visible,
     written_since,
 )
-from harness.execute.closedwatch import closed_words
 from harness.execute.runner import SampleOptions
-from harness.execute.watchdog import DEFAULT_QUIESCENT_S, Limits
 from harness.outcome import USAGE, Kind
 from harness.pipeline.diagnose import diagnose
 from harness.pipeline.run import finishing
@@ -40,11 +40,12 @@ from harness.report import store
 from harness.report.live import LiveProgress
 from harness.report.model import Cleanup, CommandInfo, ExitInfo, Report
 from harness.vocab import RunMode, RunStatus, Stage, Trigger
+from harness.watch.closedwatch import closed_words
+from harness.watch.watchdog import DEFAULT_QUIESCENT_S, Limits
 
 DEFAULT_DURATION_S = 10.0
 # causes whose evidence is a birth or a death in the tree: attach sees only those after it
 # started looking (a fork or a killed worker before it is history it could not see)
-NEEDS_HISTORY = ("dead-worker", "pool-lost-worker", "openmp-after-fork", "fork-with-threads")
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,9 @@ def diagnose_tree(
     report.verdict = classify.classify(trigger, reason, None, False, samples, [], load_signatures())
     diagnose(report, None)
     seen = {c.id for c in report.verdict.causes}
-    unseen = [c for c in NEEDS_HISTORY if c not in seen]
+    # the causes whose detectors read the run's history from its start
+    history = [c.rule.id for c in checked_rules() if Need.HISTORY in c.detector.needs]
+    unseen = [c for c in history if c not in seen]
     if unseen:
         report.notes.append(
             "attached after the start: causes that rest on a fork or a death before the "

@@ -9,9 +9,9 @@ from typing import Any
 
 from harness.execute.conditions import HostConditions
 from harness.execute.runner import SampleOptions
-from harness.execute.watchdog import DEFAULT_QUIESCENT_S
 from harness.hazards.expect import HazardExpect
 from harness.report.live import LiveProgress
+from harness.watch.watchdog import DEFAULT_QUIESCENT_S
 
 
 @dataclass(frozen=True)

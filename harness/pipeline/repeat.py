@@ -99,6 +99,11 @@ class RunsInterrupted(Interrupted):
     def runs(self) -> int:
         return sum(r.runs for r in self.rows)
 
+    def left(self) -> str:
+        return (
+            f"after {self.runs} finished run(s); their table and every run's report: {self.folder}"
+        )
+
 
 def progress_done(progress: LiveProgress, total: int | None = None) -> Done:
     """A progress line per finished run: `3/8 (variant=stock, run=2) → hang in env_start`."""

@@ -24,8 +24,7 @@ from harness.doctor.fingerprint import take_fingerprint
 from harness.errors import HarnessError, Interrupted
 from harness.execute import runner
 from harness.execute.conditions import check_available
-from harness.execute.watchdog import Limits
-from harness.filenames import OUTPUT_LOG
+from harness.filenames import OUTPUT_LOG, REPORT_JSON
 from harness.files import write_failure
 from harness.outcome import BUILD_FAILED, USAGE, Kind, interrupted_code
 from harness.pipeline import hazards as hazard_stage
@@ -53,6 +52,7 @@ from harness.report.model import (
     plain,
 )
 from harness.vocab import RunMode, RunStatus, Stage
+from harness.watch.watchdog import Limits
 
 
 def _record_outcome(report: Report, outcome: runner.RunOutcome, sigs: Signatures) -> None:
@@ -181,6 +181,16 @@ class RunInterrupted(Interrupted):
         super().__init__(signum)
         self.report = report
         self.stage = stage  # the stage the signal stopped
+
+    def left(self) -> str:
+        folder = self.report.directory
+        failed = self.report.unwritten.get(REPORT_JSON)
+        where = (
+            f"report (status {self.report.status}): {folder}"
+            if failed is None
+            else f"the report could not be written in {folder}: {failed}"
+        )
+        return f"at stage {self.stage}; {where}"
 
 
 @contextlib.contextmanager

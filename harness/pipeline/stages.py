@@ -14,7 +14,6 @@ from harness.analysis.classify import Verdict
 from harness.config.pin import Pin
 from harness.config.scenario import RunSettings
 from harness.errors import HarnessError
-from harness.execute.watchdog import DEFAULT_QUIESCENT_S, Limits
 from harness.outcome import USAGE, Kind
 from harness.pipeline.options import RunOptions
 from harness.report import store
@@ -23,6 +22,7 @@ from harness.report.model import Report
 from harness.source import source_for, verify_source
 from harness.source.verify import Verification
 from harness.vocab import SourceStatus, Stage
+from harness.watch.watchdog import DEFAULT_QUIESCENT_S, Limits
 
 
 def prepare_tree(

@@ -41,14 +41,14 @@ import psutil
 
 from harness.errors import HarnessError
 from harness.execute.attach import ptrace_refusal
-from harness.execute.housekeeping import MAX_GAP_S
 from harness.execute.runner import SampleOptions
-from harness.execute.watchloop import WATCH_INTERVAL_S
 from harness.pytest_plugin import channel, procstart
 from harness.pytest_plugin.observe import PluginObserver
 from harness.pytest_plugin.phasemem import PhaseMemory
 from harness.pytest_plugin.restart import append_hung, traced_exec
 from harness.vocab import RunMode, RunStatus, Stage, Trigger
+from harness.watch.housekeeping import MAX_GAP_S
+from harness.watch.watchloop import WATCH_INTERVAL_S
 
 POLL_S = 0.1  # the loop's step (messages, the phase); the tree is looked at every `look_every`
 ANSWER_S = 6.0  # the plugin answers within its 2 s interrupt wait plus the cleanup
@@ -72,7 +72,7 @@ def look_every(quiescent_s: float) -> float:
     the default 5 s window the watcher costs a quarter of what it did at 0.25 s (this
     project's suite: about 190 CPU-s for six watchers at 0.5 s), and a hang still has five
     looks to be judged quiescent in, a second later at most. Never more than half the
-    housekeeping rule's longest gap between looks (execute/housekeeping.py MAX_GAP_S): a
+    housekeeping rule's longest gap between looks (watch/housekeeping.py MAX_GAP_S): a
     longer step would end every span, and a hung test with a heartbeat thread would never
     be quiescent. At 1 s a housekeeping thread is excused after its 8 looks, 7 s."""
     return max(WATCH_INTERVAL_S, min(quiescent_s / 5, MAX_GAP_S / 2))

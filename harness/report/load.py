@@ -45,13 +45,13 @@ from typing import Any
 
 from harness import vocab
 from harness.errors import HarnessError
-from harness.execute.watchdog import Limits
 from harness.filenames import REPORT_JSON
 from harness.outcome import INTERRUPTED_BASE, Kind
 from harness.report.model import Report
 from harness.report.reading import check_schema_version, read_report_json
 from harness.sampling import frames as _frames  # noqa: F401  (Frame's subclasses, by JSON keys)
 from harness.vocab import RunMode
+from harness.watch.watchdog import Limits
 
 # report.json keys that are not Report fields: derived when written
 _DERIVED = frozenset({"schema_version", "harness_version", "artifacts", "directory"})

@@ -19,11 +19,11 @@ from harness.analysis.classify import Verdict
 from harness.build import BuildResult
 from harness.doctor.fingerprint import HostFingerprint
 from harness.execute.conditions import HostConditions
-from harness.execute.watchdog import Limits
 from harness.filenames import REPORT_JSON
 from harness.hazards.model import HazardReport
 from harness.sampling.model import SampleSet
 from harness.vocab import RunMode, RunStatus, Stage, Trigger
+from harness.watch.watchdog import Limits
 
 SCHEMA_VERSION = 2  # 2: trigger `closed`, samples.wake (links[].via), verdict.wake_chain, hazards
 EVIDENCE_DIR = "evidence"  # what the checks read, copied into the report (docs/report-schema.md)

@@ -153,7 +153,7 @@ WAKE_EVIDENCE = "wake chain: "
 @dataclass
 class WakeChain:
     """The chain from the thread the user sees waiting to where it ends (the wake graph,
-    execute/wakegraph.py): each link waits on something only the next can end."""
+    watch/wakegraph.py): each link waits on something only the next can end."""
 
     links: list[WakeLink]
     end: WakeEnd
@@ -262,7 +262,7 @@ class SampleSet:
     # each rank's place in a distributed job (sampling/ranks.py), read while the processes live
     ranks: list[ProcessRank] = field(default_factory=list)
     # who could wake the waiting threads, from the first waiting thread to the end of the
-    # chain (execute/wakegraph.py); None without a watch loop or when nothing waits
+    # chain (watch/wakegraph.py); None without a watch loop or when nothing waits
     wake: WakeChain | None = None
 
 

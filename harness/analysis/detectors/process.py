@@ -7,7 +7,7 @@ import re
 
 # dead-worker leaves a Python pool's lost worker to pool-lost-worker (one cause per finding)
 from harness.analysis.detectors.pystacks import pool_caller
-from harness.analysis.detectors.registry import Inputs, Match, detector, match
+from harness.analysis.detectors.registry import Inputs, Match, Need, detector, match
 from harness.analysis.detectors.views import (
     OPENMP_MODULES,
     processes,
@@ -38,7 +38,11 @@ def _started_anew(cmdline: list[str]) -> bool:
     return any(_STARTED_ANEW.search(arg) for arg in cmdline)
 
 
-@detector("openmp-after-fork", fields=("child", "child_name", "parent", "team", "runtime"))
+@detector(
+    "openmp-after-fork",
+    needs=(Need.SAMPLES, Need.HISTORY),
+    fields=("child", "child_name", "parent", "team", "runtime"),
+)
 def openmp_after_fork(seen: Inputs, params: NoParams) -> list[Match]:
     """A child running the parent's executable (fork without exec: not a multiprocessing
     spawn or forkserver child, which exec'd it afresh) stuck in an OpenMP runtime, whose
@@ -97,7 +101,11 @@ def openmp_after_fork(seen: Inputs, params: NoParams) -> list[Match]:
     return out
 
 
-@detector("dead-worker", fields=("pid", "name", "status", "t", "parent", "wait"))
+@detector(
+    "dead-worker",
+    needs=(Need.SAMPLES, Need.HISTORY),
+    fields=("pid", "name", "status", "t", "parent", "wait"),
+)
 def dead_worker(seen: Inputs, params: NoParams) -> list[Match]:
     """A child that died (a signal, a non-zero exit) while its parent waits in a read, a
     poll or a waitpid, on something the child could have ended (not a private futex: the

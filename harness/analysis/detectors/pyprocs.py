@@ -25,7 +25,7 @@ from harness.analysis.detectors.pystacks import (
     python_stacks,
     wait_site,
 )
-from harness.analysis.detectors.registry import Inputs, Match, detector, match
+from harness.analysis.detectors.registry import Inputs, Match, Need, detector, match
 from harness.analysis.detectors.views import OPENMP_MODULES, processes, stacks_of, top, uses
 from harness.config.causes import NoParams
 from harness.process.signals import signal_name
@@ -171,7 +171,11 @@ def _how(e: ProcessEvent) -> str:
     return "ended (status not seen: the pool reaped it first)"
 
 
-@detector("pool-lost-worker", fields=("pool", "parent", "wait", "lost", "left"))
+@detector(
+    "pool-lost-worker",
+    needs=(Need.SAMPLES, Need.HISTORY),
+    fields=("pool", "parent", "wait", "lost", "left"),
+)
 def pool_lost_worker(seen: Inputs, params: NoParams) -> list[Match]:
     """A process pool (multiprocessing.Pool, ProcessPoolExecutor) whose caller waits for
     results after a worker ended: one that died, or any that ended while no live worker is
@@ -244,6 +248,7 @@ def _uses_openmp(s: SampleSet, pid: int) -> bool:
 
 @detector(
     "fork-with-threads",
+    needs=(Need.SAMPLES, Need.HISTORY),
     fields=("child", "parent", "threads", "child_threads", "tid", "wait", "what"),
 )
 def fork_with_threads(seen: Inputs, params: NoParams) -> list[Match]:

@@ -25,6 +25,9 @@ class Need(StrEnum):
 
     SAMPLES = "samples"  # the sample set: stacks, snapshots, timeline, events, lock cycles
     OUTPUT = "output"  # the tail of the command's output
+    # the run's history from its start (in the samples' events and timeline): a fork or a
+    # death before the first look is missing from a watch that attached later
+    HISTORY = "history"
 
 
 @dataclass(frozen=True)

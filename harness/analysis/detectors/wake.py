@@ -1,5 +1,5 @@
 """The wake graph's readings (docs/quiescence.md, "Causes from the graph"): one detector over
-the wake chain (`samples.wake`, execute/wakegraph.py) whose rules are data
+the wake chain (`samples.wake`, watch/wakegraph.py) whose rules are data
 (harness/data/causes/wake.toml). A rule says where the chain must end (a cycle, nobody, a
 dead waker, a polling loop), what its links must wait on (pipes, sockets, file locks,
 mutexes …), across how many processes, and whether a process that left the run's tree is on

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import time
 
-from harness.execute.watchdog import Trigger
-from harness.execute.watchloop import WatchLoop
 from harness.sampling import polltrace
 from harness.sampling.model import SampleSet
 from harness.vocab import WakeEnd
+from harness.watch.watchdog import Trigger
+from harness.watch.watchloop import WatchLoop
 
 
 def trace_polling(samples: SampleSet) -> None:

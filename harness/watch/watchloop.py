@@ -19,10 +19,21 @@ import time
 from collections import deque
 from dataclasses import replace
 
-from harness.execute import wakegraph
-from harness.execute.closedwatch import ClosedWatch, by_key, settled
-from harness.execute.housekeeping import Look, between_wakeups, library_frames, stack_check
-from harness.execute.quiescence import (
+from harness.sampling import procfs
+from harness.sampling.model import (
+    ProcessEvent,
+    SampleSet,
+    Snapshot,
+    ThreadWait,
+    TimelinePoint,
+    WakeChain,
+    WatchInfo,
+)
+from harness.vocab import WaitKind
+from harness.watch import wakegraph
+from harness.watch.closedwatch import ClosedWatch, by_key, settled
+from harness.watch.housekeeping import Look, between_wakeups, library_frames, stack_check
+from harness.watch.quiescence import (
     HOUSEKEEPING,
     Calls,
     SyscallTable,
@@ -41,19 +52,8 @@ from harness.execute.quiescence import (
     tree_waits,
     woke,
 )
-from harness.execute.treefacts import FactReader, process_io
-from harness.execute.treewalk import MAX_EVENTS, TreeWalk, describe_status
-from harness.sampling import procfs
-from harness.sampling.model import (
-    ProcessEvent,
-    SampleSet,
-    Snapshot,
-    ThreadWait,
-    TimelinePoint,
-    WakeChain,
-    WatchInfo,
-)
-from harness.vocab import WaitKind
+from harness.watch.treefacts import FactReader, process_io
+from harness.watch.treewalk import MAX_EVENTS, TreeWalk, describe_status
 
 __all__ = ["MAX_EVENTS", "WATCH_INTERVAL_S", "WatchLoop", "describe_status"]
 
@@ -271,7 +271,7 @@ class WatchLoop:
 
     def wake_chain(self, slept: dict[tuple[int, int], Wait] | None = None) -> WakeChain | None:
         """The chain from the thread the user sees waiting to its end, over the last look's
-        waits (execute/wakegraph.py); None before any look. `slept`: the threads caught
+        waits (watch/wakegraph.py); None before any look. `slept`: the threads caught
         between two wake-ups (`_between_wakeups`), when the caller has them already."""
         snap = self._judged
         if snap is None or self.table is None:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from harness.execute import wakefacts
-from harness.execute.fdwaits import TreeFacts, socket_inode
 from harness.sampling import locks, procfs
 from harness.sampling.model import Snapshot
+from harness.watch import wakefacts
+from harness.watch.fdwaits import TreeFacts, socket_inode
 
 _EVENTFD, _PIDFD, _TIMERFD = "anon_inode:[eventfd]", "anon_inode:[pidfd]", "anon_inode:[timerfd]"
 # an eventfd may be signalled by the kernel for an io_uring or an AIO context the tree holds

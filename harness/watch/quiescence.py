@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from harness.execute.fdwaits import POLLS, TreeFacts, Wait, fd_wait, poll_wait, rw_wait
-from harness.execute.housekeeping import Look, candidate, housekeepers
-from harness.execute.syscalls import AARCH64, X86_64, SyscallTable, syscall_name, table_for
 from harness.sampling.model import ProcessSample, Snapshot, ThreadSample, ThreadWait
 from harness.vocab import WaitKind, WaitVia
+from harness.watch.fdwaits import POLLS, TreeFacts, Wait, fd_wait, poll_wait, rw_wait
+from harness.watch.housekeeping import Look, candidate, housekeepers
+from harness.watch.syscalls import AARCH64, X86_64, SyscallTable, syscall_name, table_for
 
 __all__ = [
     "AARCH64",

@@ -13,11 +13,11 @@ import struct
 import time
 from collections.abc import Iterable, Sequence
 
-from harness.execute import wakeread
-from harness.execute.fdwaits import POLLIN, POLLOUT, POLLPRI, TreeFacts, pipe_inode, socket_inode
-from harness.execute.syscalls import SyscallTable
 from harness.sampling import procfs
 from harness.sampling.model import Snapshot
+from harness.watch import wakeread
+from harness.watch.fdwaits import POLLIN, POLLOUT, POLLPRI, TreeFacts, pipe_inode, socket_inode
+from harness.watch.syscalls import SyscallTable
 
 MAX_POLL_FDS = 1024  # a poll over more fds is not looked into (OUTSIDE)
 # the scan of every process outside the tree for the tree's pipes and sockets is kept this

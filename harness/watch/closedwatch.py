@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from harness.execute.fdwaits import Wait
 from harness.sampling.model import Snapshot, ThreadWait
 from harness.vocab import WaitKind
+from harness.watch.fdwaits import Wait
 
 Key = tuple[int, int]
 CLOSED_CONFIRM_S = 1.0
