@@ -11,6 +11,7 @@ from harness.process import signals
 from harness.sampling.model import Frame, SampleSet, ThreadActivity, ThreadStack
 from harness.vocab import StackToolName
 from harness.watch.watchdog import Trigger
+from tests.samples import sample_set
 
 SIGS = load_signatures().with_own(
     [Pattern("env_start", (re.compile(r"env_start(\._omp_fn\.\d+)?"),))]
@@ -25,7 +26,7 @@ def _samples(threads: list[tuple[int, int, str, float, list[Frame]]]) -> SampleS
     stacks = [
         ThreadStack(p, t, "puffer", frames, StackToolName.GDB) for p, t, _, _, frames in threads
     ]
-    return SampleSet([], activity, stacks, {"gdb": "used"}, [], 1.0)
+    return sample_set(activity=activity, stacks=stacks, tools={"gdb": "used"}, duration_s=1.0)
 
 
 GOMP_HANG = [

@@ -39,6 +39,7 @@ from harness.sampling.sample import sample_tree
 from harness.vocab import StackToolName
 from tests import facts
 from tests.harness_cli import ROOT, harness
+from tests.samples import sample_set
 
 PROGRAMS = ROOT / "tests" / "programs"
 needs_py_spy = pytest.mark.needs_tool("py-spy", why="Python stacks name each rank's call")
@@ -336,7 +337,7 @@ def two_ranks(states0: list[str], cpu0: float) -> SampleSet:
         ProcessRank(pid, pid - 100, 2, pid - 100, "torch", "environ RANK") for pid in (100, 101)
     ]
     snaps = [Snapshot(t, [proc(100), proc(101)]) for t in (0.0, 0.3, 0.6)]
-    return SampleSet(snaps, activity, stacks, {}, [], 0.6, ranks=ranks)
+    return sample_set(snaps, activity, stacks, duration_s=0.6, ranks=ranks)
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ from harness.sampling.model import (
     ThreadWait,
 )
 from harness.vocab import EventKind, Mechanism, StackToolName, WaitKind
+from tests.samples import sample_set
 
 PY = StackToolName.PY_SPY
 NATIVE = StackToolName.EU_STACK
@@ -69,16 +70,8 @@ def _set(
         for p in procs
         for t in p.threads
     ]
-    return SampleSet(
-        [Snapshot(5.0, list(procs))],
-        activity,
-        list(stacks),
-        {},
-        [],
-        1.0,
-        events=list(events),
-        waits=list(waits),
-    )
+    snaps = [Snapshot(5.0, list(procs))]
+    return sample_set(snaps, activity, stacks, duration_s=1.0, events=events, waits=waits)
 
 
 def _find(name: str, s: SampleSet, tail: Sequence[str] = ()) -> list[Match]:

@@ -21,6 +21,7 @@ from harness.sampling.model import SampleSet, Snapshot, WakeChain, WakeLink
 from harness.vocab import Mechanism, WaitVia, WakeEnd
 from harness.watch import fdwaits, wakegraph
 from harness.watch import quiescence as q
+from tests.samples import sample_set
 from tests.test_wakegraph import (
     FLOCK,
     POLL,
@@ -47,9 +48,7 @@ def chain(s: Snapshot, facts: q.TreeFacts | None = None, root: int = 10) -> Wake
 
 
 def samples_with(wake: WakeChain | None) -> SampleSet:
-    return SampleSet(
-        snapshots=[], activity=[], stacks=[], tools={}, notes=[], duration_s=0, wake=wake
-    )
+    return sample_set(wake=wake)
 
 
 def read(wake: WakeChain | None, mechanism: Mechanism = Mechanism.DEADLOCK) -> list[str]:

@@ -32,6 +32,7 @@ from harness.watch.quiescence import HOUSEKEEPING, X86_64, tree_waits
 from harness.watch.treefacts import FactReader
 from harness.watch.watchloop import WatchLoop
 from tests.harness_cli import HarnessResult, harness, tree_is_gone
+from tests.samples import sample_set
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
 
@@ -505,7 +506,7 @@ def test_the_watch_loop_withdraws_an_excused_thread_whose_stack_is_the_programs(
 
         def dump(*frames: Frame) -> SampleSet:
             st = ThreadStack(root.pid, tid, "t", list(frames), StackToolName.PY_SPY, True)
-            return SampleSet([], [], [st], {}, [], 0.0)
+            return sample_set(stacks=[st])
 
         assert loop.confirm(dump(*HANDLER)) is None  # library frames: it stays excused
         hks = [tw for tw, _ in loop._waits if tw.kind == HOUSEKEEPING]

@@ -22,6 +22,7 @@ from harness.sampling.model import Frame, SampleSet, ThreadActivity, ThreadStack
 from harness.sampling.sample import sample_tree
 from harness.vocab import StackToolName
 from tests.harness_cli import ROOT, harness
+from tests.samples import sample_set
 
 PROGRAMS = ROOT / "tests" / "programs"
 FAST = ["--startup", "4", "--stall", "4", "--quiescent", "2", "--timeout", "60"]
@@ -163,7 +164,7 @@ def _condition_waits(worker_cpu: float) -> SampleSet:
         for tid in (10, 11, 12)
     ]
     activity.append(ThreadActivity(10, 13, "python", ["S", "R", "S"], worker_cpu, "", "0"))
-    return SampleSet([], activity, stacks, {}, [], 1.0)
+    return sample_set(activity=activity, stacks=stacks, duration_s=1.0)
 
 
 def test_condition_waits_beside_a_thread_that_runs_are_no_finding() -> None:

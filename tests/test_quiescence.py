@@ -18,12 +18,13 @@ import pytest
 
 from harness.analysis.classify import classify
 from harness.config.signatures import load_signatures
-from harness.sampling.model import ProcessSample, SampleSet, Snapshot, ThreadSample, ThreadWait
+from harness.sampling.model import ProcessSample, Snapshot, ThreadSample, ThreadWait
 from harness.vocab import WaitKind
 from harness.watch import quiescence as q
 from harness.watch.watchdog import Limits, Trigger, Watchdog
 from harness.watch.watchloop import TIMELINE_POINTS, WatchLoop, describe_status
 from tests.harness_cli import HarnessResult, harness, tree_is_gone
+from tests.samples import sample_set
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
 
@@ -272,8 +273,9 @@ def test_watchdog_quiescent_trigger() -> None:
 
 
 def test_classify_quiescent_is_a_deadlock() -> None:
-    samples = SampleSet([], [], [], {}, [], 0.0)
-    samples.waits = [ThreadWait(10, 10, WaitKind.TREE, "futex wait, no timeout (FUTEX_WAIT)")]
+    samples = sample_set(
+        waits=[ThreadWait(10, 10, WaitKind.TREE, "futex wait, no timeout (FUTEX_WAIT)")]
+    )
     reason = "every thread blocked on the tree for 5.1s (no CPU, no output)"
     v = classify(Trigger.QUIESCENT, reason, None, False, samples, [], load_signatures())
     assert (v.kind, v.mechanism, v.exit_code) == ("hang", "deadlock", 2)
@@ -333,7 +335,7 @@ def test_watch_loop_on_a_deadlocked_tree(c_program: Callable[[str], Path]) -> No
             loop.tick(time.monotonic())
             time.sleep(0.05)
         assert loop.confirm() is None
-        samples = SampleSet([], [], [], {}, [], 0.0)
+        samples = sample_set()
         loop.annotate(samples)
         worker = next(e.pid for e in loop.events if e.pid != root.pid)
         os.kill(worker, signal.SIGKILL)  # the tree moves: the parent's wait4 returns

@@ -34,6 +34,7 @@ from harness.sampling.parsers import (
 from harness.sampling.sample import sample_tree
 from harness.sampling.stacks import MAX_STACK_PROCESSES, stack_workers
 from harness.vocab import StackToolName
+from tests.samples import sample_set
 
 if TYPE_CHECKING:
     from tests.conftest import Spawned
@@ -695,7 +696,7 @@ def test_plan_follows_the_registry_and_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", path_with(tmp_path, "gdb", "eu-stack", "eu-addr2line"))
-    result = SampleSet([], [], [], {}, [], 0.0)
+    result = sample_set()
     plan = stacks.plan_tools("auto", "none", result)
     available = [t.name for t in stack_tools.of_kind("native") if shutil.which(t.name)]
     assert [t.name for t in plan.native] == available

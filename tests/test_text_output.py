@@ -14,9 +14,10 @@ from harness.report import writers
 from harness.report.console import as_invoked, count, invoked_as
 from harness.report.model import Report
 from harness.report.store import finish
-from harness.sampling.model import Frame, SampleSet, ThreadStack
+from harness.sampling.model import Frame, ThreadStack
 from harness.vocab import RunMode, StackToolName, Trigger
 from tests.harness_cli import ROOT, harness
+from tests.samples import sample_set
 
 PROGRAMS = ROOT / "tests" / "programs"
 
@@ -109,7 +110,9 @@ def _report(folder: Path, samples: bool) -> Report:
     report = Report("run-1", folder, ["harness", "watch"], RunMode.WATCH, env="x")
     if samples:
         stack = ThreadStack(7, 7, "main", [Frame("env_start", own=True)], StackToolName.GDB)
-        report.samples = SampleSet([], [], [stack], {"gdb": "used"}, ["a note"], 0.1)
+        report.samples = sample_set(
+            stacks=[stack], tools={"gdb": "used"}, notes=["a note"], duration_s=0.1
+        )
     return report
 
 

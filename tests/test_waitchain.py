@@ -24,6 +24,7 @@ from harness.sampling.model import (
 )
 from harness.vocab import StackToolName, WaitKind
 from tests.harness_cli import HarnessResult, harness
+from tests.samples import sample_set
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
 
@@ -69,7 +70,7 @@ def _popen_samples() -> SampleSet:
         ThreadWait(100, 100, WaitKind.TREE, "wait4 for child 101 (in the tree)", "child:101"),
         ThreadWait(101, 101, WaitKind.TREE, "write on pipe 9", "pipe:[9]", [100]),
     ]
-    return SampleSet([snap], activity, stacks, {}, [], 1.0, waits=waits)
+    return sample_set([snap], activity, stacks, duration_s=1.0, waits=waits)
 
 
 def test_a_parent_in_popen_wait_is_never_the_location() -> None:
@@ -158,7 +159,7 @@ def _set(procs: dict[tuple[int, int], list[int]], stacks: list[ThreadStack]) -> 
         for (pid, _), tids in procs.items()
         for t in tids
     ]
-    return SampleSet([snap], activity, stacks, {}, [], 1.0)
+    return sample_set([snap], activity, stacks, duration_s=1.0)
 
 
 def test_a_result_nothing_is_left_to_produce_ends_the_chain_at_its_waiter() -> None:
