@@ -10,16 +10,41 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import pytest
 
+from harness.outcome import Kind
+from harness.source.blame import HangBlame, LineCommit
 from harness.triage.model import Step, TriageResult
+from harness.triage.results import (
+    CauseFact,
+    ExplainResult,
+    FirstBad,
+    FixesResult,
+    HistoryResult,
+    KnobFact,
+    KnobsResult,
+    ProbeFact,
+    ReproduceResult,
+    SearchedCommit,
+    VariantFact,
+    read_result,
+)
 from harness.triage.story import write_story
 from harness.triage.story_facts import Evidence
-from harness.vocab import StepStatus, TriageStep
+from harness.vocab import (
+    BlameHow,
+    Decision,
+    DoctorStatus,
+    KnobEffect,
+    Mechanism,
+    StepStatus,
+    TriageStep,
+)
 from tests.mdrender import read, render
 from tests.test_report_html import browser, open_page  # noqa: F401  (the fixtures, reused)
 
@@ -48,6 +73,13 @@ HOST: dict[str, Any] = {
 }
 
 
+def update(r: TriageResult, name: TriageStep, **changes: Any) -> None:
+    """The step's result with `changes` (results are frozen: a new one replaces it)."""
+    step = r.step(name)
+    assert step.result is not None
+    step.result = replace(step.result, **changes)
+
+
 def run_folder(root: Path, rel: str, *files: str) -> str:
     """A run or table folder with real files in it (what triage.html links)."""
     folder = root / rel
@@ -64,27 +96,27 @@ def replica(root: Path) -> TriageResult:
     first = run_folder(root, "reproduce/stock/runs/001", "report.html", "report.json")
     knobs = run_folder(root, "knobs", "sweep.json", "index.html")
     fixes = run_folder(root, "fixes", "compare.json", "index.html")
-    frames = ["env_start", "GOMP_parallel", "gomp_team_start", "futex_wait"]
+    frames = ("env_start", "GOMP_parallel", "gomp_team_start", "futex_wait")
     steps = [
         Step(
             TriageStep.REPRODUCE,
             StepStatus.DONE,
             headline="hang 4/4 in env_start (openmp-after-fork)",
-            result={
-                "variant": "stock",
-                "host": None,
-                "runs": 4,
-                "counts": {"hang": 4},
-                "failure_rate": 1.0,
-                "failure_rate_ci95": [0.51, 1.0],
-                "summary": "hang: no progress for 20 s, every thread waiting in env_start",
-                "kind": "hang",
-                "location": "env_start",
-                "cause": "openmp-after-fork",
-                "folder": rep,
-                "first_failure": first,
-                "tried_hosts": [],
-            },
+            result=ReproduceResult(
+                variant="stock",
+                host=None,
+                runs=4,
+                counts={Kind.HANG: 4},
+                failure_rate=1.0,
+                failure_rate_ci95=(0.51, 1.0),
+                summary="hang: no progress for 20 s, every thread waiting in env_start",
+                kind=Kind.HANG,
+                location="env_start",
+                cause="openmp-after-fork",
+                folder=rep,
+                first_failure=first,
+                tried_hosts=(),
+            ),
             runs=[rep],
             estimate_s=160.0,
             duration_s=142.3,
@@ -95,33 +127,33 @@ def replica(root: Path) -> TriageResult:
             TriageStep.EXPLAIN,
             StepStatus.DONE,
             headline="env_start waits on an OpenMP team started before fork",
-            result={
-                "report": first,
-                "kind": "hang",
-                "mechanism": "deadlock",
-                "location": "env_start",
-                "location_frames": frames,
-                "causes": [
-                    {
-                        "id": "openmp-after-fork",
-                        "title": "OpenMP used in a forked child",
-                        "confidence": "high",
-                        "sentence": "libgomp's thread pool does not survive fork: the child "
+            result=ExplainResult(
+                report=first,
+                kind=Kind.HANG,
+                mechanism=Mechanism.DEADLOCK,
+                location="env_start",
+                location_frames=frames,
+                causes=(
+                    CauseFact(
+                        id="openmp-after-fork",
+                        title="OpenMP used in a forked child",
+                        confidence="high",
+                        sentence="libgomp's thread pool does not survive fork: the child "
                         "waits for workers that exist only in the parent",
-                        "remedies": ["build without -fopenmp", "OMP_NUM_THREADS=1 in workers"],
-                    },
-                    {"id": "lock-order", "title": "lock order", "confidence": "low"},
-                ],
-                "waits": ["main (pid 4242) waits in futex for gomp team thread 4243 (absent)"],
-                "blame": {},
-                "doctor": [
-                    {
-                        "name": "openmp-after-fork",
-                        "status": "fail",
-                        "detail": "a child of a process that used OpenMP hangs in its region",
-                    }
-                ],
-            },
+                        remedies=("build without -fopenmp", "OMP_NUM_THREADS=1 in workers"),
+                    ),
+                    CauseFact(id="lock-order", title="lock order", confidence="low"),
+                ),
+                waits=("main (pid 4242) waits in futex for gomp team thread 4243 (absent)",),
+                blame=None,
+                doctor=(
+                    ProbeFact(
+                        name="openmp-after-fork",
+                        status=DoctorStatus.FAIL,
+                        detail="a child of a process that used OpenMP hangs in its region",
+                    ),
+                ),
+            ),
             runs=[first],
             estimate_s=5.0,
             duration_s=1.2,
@@ -130,30 +162,30 @@ def replica(root: Path) -> TriageResult:
             TriageStep.KNOBS,
             StepStatus.DONE,
             headline="2 knobs ruled out, 1 changes it",
-            result={
-                "folder": knobs,
-                "knobs": [
-                    {
-                        "label": "--vec.num-threads",
-                        "values": [1, 2],
-                        "effect": "ruled-out",
-                        "line": "hang 3/3 at every value",
-                    },
-                    {
-                        "label": "--base.async",
-                        "values": ["0", "1"],
-                        "effect": "ruled-out",
-                        "line": "hang 3/3 at every value",
-                    },
-                    {
-                        "label": "OMP_NUM_THREADS",
-                        "values": ["1", "2"],
-                        "effect": "changes",
-                        "line": "1: pass 3/3; 2: hang 3/3",
-                    },
-                ],
-                "conclusion": "the hang needs an OpenMP team of more than one thread",
-            },
+            result=KnobsResult(
+                folder=knobs,
+                knobs=(
+                    KnobFact(
+                        label="--vec.num-threads",
+                        values=("1", "2"),
+                        effect=KnobEffect.RULED_OUT,
+                        line="hang 3/3 at every value",
+                    ),
+                    KnobFact(
+                        label="--base.async",
+                        values=("0", "1"),
+                        effect=KnobEffect.RULED_OUT,
+                        line="hang 3/3 at every value",
+                    ),
+                    KnobFact(
+                        label="OMP_NUM_THREADS",
+                        values=("1", "2"),
+                        effect=KnobEffect.CHANGES,
+                        line="1: pass 3/3; 2: hang 3/3",
+                    ),
+                ),
+                conclusion="the hang needs an OpenMP team of more than one thread",
+            ),
             runs=[knobs],
             estimate_s=300.0,
             duration_s=281.0,
@@ -163,20 +195,22 @@ def replica(root: Path) -> TriageResult:
             TriageStep.FIXES,
             StepStatus.DONE,
             headline="omp-free and fixed pass (confirmed)",
-            result={
-                "folder": fixes,
-                "decision": "confirmed",
-                "confirmed": True,
-                "fix_variant": "omp-free",
-                "fix_text": "omp-free passes 4/4 runs against 4/4 of stock",
-                "variants": [
-                    {"variant": "stock", "summary": "hang 4/4", "runs": 4, "kinds": {"hang": 4}},
-                    {"variant": "omp-free", "summary": "pass 4/4", "runs": 4, "kinds": {"pass": 4}},
-                    {"variant": "fixed", "summary": "pass 4/4", "runs": 4, "kinds": {"pass": 4}},
-                ],
-                "summary": "omp-free: 0/4 failed against stock's 4/4",
-                "changes": ["setup.py: -fopenmp removed from extra_compile_args"],
-            },
+            result=FixesResult(
+                folder=fixes,
+                decision=Decision.CONFIRMED,
+                confirmed=("omp-free", "fixed"),
+                fix_variant="omp-free",
+                fix_text="omp-free passes 4/4 runs against 4/4 of stock",
+                variants=(
+                    VariantFact(variant="stock", summary="hang 4/4", runs=4, kinds={Kind.HANG: 4}),
+                    VariantFact(
+                        variant="omp-free", summary="pass 4/4", runs=4, kinds={Kind.PASS: 4}
+                    ),
+                    VariantFact(variant="fixed", summary="pass 4/4", runs=4, kinds={Kind.PASS: 4}),
+                ),
+                summary="omp-free: 0/4 failed against stock's 4/4",
+                changes=("setup.py: -fopenmp removed from extra_compile_args",),
+            ),
             runs=[fixes],
             estimate_s=300.0,
             duration_s=250.5,
@@ -209,46 +243,62 @@ def replica(root: Path) -> TriageResult:
     )
 
 
+def line_commit(sha: str, subject: str, line: int, how: BlameHow) -> LineCommit:
+    return LineCommit(
+        sha, subject, "Dev <dev@example.org>", "2025-03-02T10:00:00+00:00", VECTOR_C, line, how
+    )
+
+
+VECTOR_C = "pufferlib/vector.c"
+LINE_SHA = "3f2a9c1d5e6f708192a3b4c5d6e7f8091a2b3c4d"
+PRAGMA_SHA = "107717e70a1b2c3d4e5f60718293a4b5c6d7e8f9"
+REINDENT_SHA = "5a5a5a5a00000000000000000000000000000000"
+BLAME = HangBlame(
+    file=VECTOR_C,
+    line=212,
+    rev="c0ffee12",
+    commit=line_commit(LINE_SHA, "vec: start the envs", 212, BlameHow.BLAME),
+    function="vec_start",
+    pragma="#pragma omp parallel for",
+    pragma_line=208,
+    # the pragma line's last change is a reindent; `git log -S` finds the commit that added it
+    pragma_commit=line_commit(REINDENT_SHA, "reindent", 208, BlameHow.BLAME),
+    pragma_introduced=line_commit(PRAGMA_SHA, "compact everything", 208, BlameHow.LOG_S),
+)
+
+
 def git_history(root: Path) -> TriageResult:
     """A triage of a fork pin over a git history, with the first bad commit found."""
     r = replica(root)
     r.pin = "fork"
     hist = run_folder(root, "history", "bisect.json", "index.html")
-    explain = r.step(TriageStep.EXPLAIN)
-    explain.result["blame"] = {
-        "commit": "3f2a9c1d",
-        "subject": "vec: start the envs",
-        "file": "pufferlib/vector.c",
-        "line": 212,
-        "pragma_commit": "107717e7",
-        "pragma_subject": "compact everything",
-    }
+    update(r, TriageStep.EXPLAIN, blame=BLAME)
     history = r.step(TriageStep.HISTORY)
     history.status, history.reason = StepStatus.DONE, ""
     history.headline = "first bad: 107717e7 compact everything"
     history.runs = [hist]
     history.duration_s, history.estimate_s = 210.0, 240.0
-    history.result = {
-        "good": "a1b2c3d4",
-        "good_how": "found searching back 8 commits",
-        "searched": [
-            {"sha": "c0ffee12", "classification": "bad"},
-            {"sha": "a1b2c3d4", "classification": "good"},
-        ],
-        "bad": "c0ffee12",
-        "status": "found",
-        "first_bad": {
-            "sha": "107717e7",
-            "subject": "compact everything",
-            "author": "Dev <dev@example.org>",
-            "date": "2025-03-02",
-            "diffstat": " pufferlib/vector.c | 14 ++++++++------\n 1 file changed",
-            "blame": "pufferlib/vector.c:212",
-        },
-        "possible": [],
-        "folder": hist,
-        "confidence": "high (each good end clean in 6 runs)",
-    }
+    history.result = HistoryResult(
+        good="a1b2c3d4",
+        good_how="found searching back 8 commits",
+        searched=(
+            SearchedCommit(sha="c0ffee12", classification="bad"),
+            SearchedCommit(sha="a1b2c3d4", classification="good"),
+        ),
+        bad="c0ffee12",
+        status="found",
+        first_bad=FirstBad(
+            sha="107717e7",
+            subject="compact everything",
+            author="Dev <dev@example.org>",
+            date="2025-03-02",
+            diffstat=" pufferlib/vector.c | 14 ++++++++------\n 1 file changed",
+            blame=BLAME,
+        ),
+        possible=(),
+        folder=hist,
+        confidence=0.95,
+    )
     r.first_bad = "107717e7"
     return r
 
@@ -293,14 +343,34 @@ def test_replica_issue_has_every_section_and_says_history_was_not_investigated(
 
 
 def test_git_history_issue_names_the_first_bad_commit_and_the_pragmas(tmp_path: Path) -> None:
+    """The located line's commit and its construct's (the pickaxe's, not the reindent's
+    that blame of the pragma line gives) by short sha and subject; the first bad commit."""
     write_story(git_history(tmp_path))
     md = (tmp_path / "issue.md").read_text()
     check_rendered(md)
     blame = sections(md)["Blame"]
-    assert "`107717e7` compact everything" in blame
-    assert "**the commit that brought its construct in**: `107717e7` compact everything" in blame
-    assert "`pufferlib/vector.c:212`: `3f2a9c1d` vec: start the envs" in blame
+    assert "First bad commit: `107717e7` compact everything" in blame
+    construct = "**the commit that brought its construct in**: `107717e70a1b` compact everything"
+    assert construct in blame and "reindent" not in blame
+    assert "`pufferlib/vector.c:212`: `3f2a9c1d5e6f` vec: start the envs" in blame
     assert "pufferlib/vector.c | 14" in blame and "found searching back 8 commits" in blame
+    assert "**confidence**: 0.95" in blame
+    assert "- **commit**: `c0ffee12`" in sections(md)["Environment"]  # History's bad end
+    page = (tmp_path / "triage.html").read_text()
+    assert "<dt>its commit</dt><dd>3f2a9c1d5e6f vec: start the envs</dd>" in page
+    assert "<dt>the construct&#x27;s commit</dt><dd>107717e70a1b compact everything</dd>" in page
+
+
+def test_a_blame_without_its_commits_says_not_known(tmp_path: Path) -> None:
+    r = git_history(tmp_path)
+    lost = replace(BLAME, commit=None, pragma_commit=None, pragma_introduced=None, reason="x")
+    update(r, TriageStep.EXPLAIN, blame=lost)
+    write_story(r)
+    blame = sections((tmp_path / "issue.md").read_text())["Blame"]
+    assert "- **the located line** `pufferlib/vector.c:212`: not known" in blame
+    assert "- **the commit that brought its construct in**: not known" in blame
+    page = (tmp_path / "triage.html").read_text()
+    assert "<dt>its commit</dt><dd>not known</dd>" in page
 
 
 def test_steps_that_did_not_run_say_why_in_one_line(tmp_path: Path) -> None:
@@ -311,7 +381,7 @@ def test_steps_that_did_not_run_say_why_in_one_line(tmp_path: Path) -> None:
         (TriageStep.EXPLAIN, StepStatus.FAILED, "gdb is missing"),
     ):
         step = r.step(name)
-        step.status, step.reason, step.result = status, reason, {}
+        step.status, step.reason, step.result = status, reason, None
     write_story(r)
     got = sections((tmp_path / "issue.md").read_text())
     assert got["Knobs"].strip() == "not investigated: budget: needs 300 s, 40 s left"
@@ -328,11 +398,10 @@ HOSTILE = "<script>alert(1)</script> [x](http://evil) # \u202eevil\u202c `tick` 
 
 def test_hostile_run_text_stays_text(tmp_path: Path) -> None:
     r = replica(tmp_path)
-    rep, exp = r.step(TriageStep.REPRODUCE), r.step(TriageStep.EXPLAIN)
-    rep.result["summary"] = HOSTILE
-    exp.result["location"] = HOSTILE
-    exp.result["waits"] = [HOSTILE, "> " + HOSTILE, "# " + HOSTILE, "1. " + HOSTILE]
-    rep.headline = "# " + HOSTILE
+    update(r, TriageStep.REPRODUCE, summary=HOSTILE)
+    waits = (HOSTILE, "> " + HOSTILE, "# " + HOSTILE, "1. " + HOSTILE)
+    update(r, TriageStep.EXPLAIN, location=HOSTILE, waits=waits)
+    r.step(TriageStep.REPRODUCE).headline = "# " + HOSTILE
     r.commands.append("echo ```\n## not a heading")
     write_story(r)
     md = (tmp_path / "issue.md").read_text()
@@ -366,10 +435,11 @@ def test_issue_md_reads_raw_as_it_renders(tmp_path: Path) -> None:
     read as markup stays as written (it once was `child hung &gt; 3.0s`, `=&gt;`), and the
     rendered line says the same."""
     r = replica(tmp_path)
-    r.step(TriageStep.EXPLAIN).result["doctor"] = [
-        {"name": "openmp-after-fork", "status": "warn", "detail": DOCTOR_DETAIL},
-        {"name": "openmp", "status": "ok", "detail": "team of 2; a < b && c -> d"},
-    ]
+    doctor = (
+        ProbeFact(name="openmp-after-fork", status=DoctorStatus.WARN, detail=DOCTOR_DETAIL),
+        ProbeFact(name="openmp", status=DoctorStatus.OK, detail="team of 2; a < b && c -> d"),
+    )
+    update(r, TriageStep.EXPLAIN, doctor=doctor)
     write_story(r)
     md = (tmp_path / "issue.md").read_text()
     lines = md.splitlines()
@@ -382,14 +452,14 @@ def test_issue_md_reads_raw_as_it_renders(tmp_path: Path) -> None:
 
 def test_a_run_folder_that_is_gone_is_not_linked(tmp_path: Path) -> None:
     r = replica(tmp_path)
+    update(r, TriageStep.FIXES, folder="fixes-gone")
     fixes = r.step(TriageStep.FIXES)
-    fixes.result["folder"] = "fixes-gone"
     fixes.runs = ["fixes-gone", "../outside", str(tmp_path.parent / "elsewhere")]
     outside = tmp_path.parent / "outside"
     outside.mkdir(exist_ok=True)
     (outside / "index.html").write_text("x")
     (tmp_path / "link-out").symlink_to(outside)
-    r.step(TriageStep.KNOBS).result["folder"] = "link-out"
+    update(r, TriageStep.KNOBS, folder="link-out")
     write_story(r)
     page = (tmp_path / "triage.html").read_text()
     hrefs = [unquote(h) for h in re.findall(r'href="([^"]+)"', page)]
@@ -410,19 +480,53 @@ def test_evidence_links_only_regular_files_inside(tmp_path: Path) -> None:
 
 
 def test_results_missing_every_key_still_render(tmp_path: Path) -> None:
-    """The engine treats every key as optional: a step done with an empty or mistyped
-    result is "not known", not a crash."""
+    """Every key of a result is optional: a step done with nothing recorded, or with a
+    triage.json result that lacks its keys (each reads back as its default), is "not
+    known", not a crash."""
     r = replica(tmp_path)
     for step in r.steps:
-        step.status, step.result = StepStatus.DONE, {}
-    r.step(TriageStep.EXPLAIN).result = {"causes": "nope", "waits": 3, "blame": [1], "runs": "x"}
-    r.step(TriageStep.REPRODUCE).result = {"counts": {"hang": "two"}, "failure_rate_ci95": [None]}
-    r.host = {}
-    r.commands = []
+        step.status, step.result = StepStatus.DONE, None
+    r.step(TriageStep.EXPLAIN).result = read_result(TriageStep.EXPLAIN, {"waits": []})
+    r.step(TriageStep.REPRODUCE).result = read_result(TriageStep.REPRODUCE, {"counts": {}})
+    r.step(TriageStep.HISTORY).result = read_result(TriageStep.HISTORY, {"first_bad": {}})
+    assert r.found(ExplainResult) == ExplainResult()
+    assert r.found(HistoryResult).first_bad == FirstBad()
+    r.host, r.commands, r.fix_confirmed = {}, [], None
     write_story(r)
     md = (tmp_path / "issue.md").read_text()
     check_rendered(md)
-    assert list(sections(md)) == list(SECTIONS) and "not known" in md
+    got = sections(md)
+    assert list(got) == list(SECTIONS)
+    assert "- **host**: not known" in got["Environment"]
+    assert "- **rate**: not known" in got["Symptom"] and "- **cause**: not known" in got["Symptom"]
+    assert "First bad commit: not found (not known)." in got["Blame"]
+    assert "No fix confirmed (not known)." in got["Fix"]
+    page = (tmp_path / "triage.html").read_text()
+    assert "No cause named (not known)." in page
+
+
+@pytest.mark.parametrize(
+    ("step", "junk", "key"),
+    [
+        (TriageStep.EXPLAIN, {"causes": "nope"}, "result.causes"),
+        (TriageStep.EXPLAIN, {"waits": 3}, "result.waits"),
+        (TriageStep.EXPLAIN, {"blame": [1]}, "result.blame"),
+        (TriageStep.REPRODUCE, {"counts": {"hang": "two"}}, "result.counts.hang"),
+        (TriageStep.REPRODUCE, {"failure_rate_ci95": [None]}, "result.failure_rate_ci95"),
+        (TriageStep.KNOBS, {"knobs": [{"effect": "maybe"}]}, "result.knobs.0.effect"),
+    ],
+)
+def test_a_damaged_result_is_refused_naming_its_key(
+    tmp_path: Path, step: TriageStep, junk: dict[str, Any], key: str
+) -> None:
+    """A result of the wrong type in triage.json (a damaged file) is refused where it is
+    read, naming its key; the story only ever sees typed results."""
+    with pytest.raises(ValueError, match=re.escape(key)):
+        read_result(step, junk)
+    data = git_history(tmp_path).to_json()
+    next(s for s in data["steps"] if s["name"] == str(step))["result"].update(junk)
+    with pytest.raises(ValueError, match=re.escape(key)):
+        TriageResult.from_json(data, tmp_path)
 
 
 def test_triage_json_round_trip_renders_the_same(tmp_path: Path) -> None:
@@ -441,8 +545,7 @@ def test_triage_json_round_trip_renders_the_same(tmp_path: Path) -> None:
 @pytest.mark.parametrize("shape", [replica, git_history])
 def test_story_page_in_a_browser(tmp_path: Path, open_page: Any, shape: Any) -> None:  # noqa: F811
     r = shape(tmp_path)
-    hostile = r.step(TriageStep.EXPLAIN)
-    hostile.result["waits"] = ["<img src=x onerror=alert(1)> waits"]
+    update(r, TriageStep.EXPLAIN, waits=("<img src=x onerror=alert(1)> waits",))
     write_story(r)
     opened = open_page(tmp_path / "triage.html")
     page = opened.page

@@ -1,10 +1,10 @@
 """What a triage's steps recorded, read for people: the readers both tellings share
 (story_html: triage.html; story_issue: issue.md).
 
-A step's `result` came from runs (the trainer's output, frame names, commit subjects) and
-from an engine that may not fill every key: each value is read here as optional and checked
-for its type, and a missing one is said "not known", never guessed. `Evidence` says which
-files behind a claim exist: regular files inside the triage folder, as they are now."""
+A step's result is its own dataclass (triage/results.py), every field optional: a value
+that is None or empty is said "not known", never guessed. The host fingerprint is still
+report.json's host object, read here defensively. `Evidence` says which files behind a
+claim exist: regular files inside the triage folder, as they are now."""
 
 from __future__ import annotations
 
@@ -23,72 +23,34 @@ from harness.filenames import (
     table_json,
 )
 from harness.triage.model import Step, TriageResult
+from harness.triage.results import CauseFact, HistoryResult, ReproduceResult
 from harness.vocab import StepStatus, TableKind, TriageStep
 
 NOT_KNOWN = "not known"
 
 
-def known(value: object) -> bool:
-    return value is not None and value != "" and value != [] and value != {}
+def _num(value: object) -> float | None:
+    """A number of the host object (or a duration); None for anything else."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def pick(result: Mapping[str, Any], key: str) -> Any:
-    """A value of a step's result; None when missing or empty."""
-    value = result.get(key) if isinstance(result, Mapping) else None
-    return value if known(value) else None
-
-
-def word(result: Mapping[str, Any], key: str) -> str | None:
-    """A scalar value as text (a number, a string); None for a missing one or a container."""
-    value = pick(result, key)
+def _text(host: Mapping[str, Any], key: str) -> str | None:
+    """A scalar of the host object as text; None for a missing, empty or container value."""
+    value = host.get(key)
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, int | float | str):
+    if isinstance(value, int | float | str) and value != "":
         return str(value)
     return None
 
 
-def num(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+def _lines(value: object) -> list[str]:
+    """A list of the host object's lines (gpus, container hints); anything else dropped."""
+    return [v for v in value if isinstance(v, str) and v] if isinstance(value, list) else []
 
 
-def entries(result: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
-    """A list of objects in a result (causes, knobs, variants …); anything else dropped."""
-    value = pick(result, key)
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
-def strings(value: object) -> list[str]:
-    """A list of lines (changes, frames, waits): strings kept, objects as their line or text."""
-    if not isinstance(value, list):
-        return []
-    out: list[str] = []
-    for v in value:
-        if isinstance(v, str) and v:
-            out.append(v)
-        elif isinstance(v, Mapping):
-            line = next((v[k] for k in ("line", "text", "summary", "what") if v.get(k)), None)
-            if isinstance(line, str):
-                out.append(line)
-    return out
-
-
-def scalars(value: object, key: str = "") -> list[str]:
-    """A list of values (a knob's values, possible commits) as text; an object gives its
-    `key` when it has one."""
-    if not isinstance(value, list):
-        return []
-    out = []
-    for v in value:
-        if isinstance(v, Mapping) and key:
-            v = v.get(key)
-        if isinstance(v, str | int | float) and not isinstance(v, bool) and v != "":
-            out.append(str(v))
-    return out
-
-
-def seconds(value: object) -> str:
-    s = num(value)
+def seconds(value: float | None) -> str:
+    s = _num(value)
     if s is None:
         return NOT_KNOWN
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
@@ -100,9 +62,9 @@ def pct(value: float) -> str:
 
 def step_state(step: Step) -> str:
     """The step's state in a few words: "done in 41 s (estimated 60 s)", "skipped: budget"."""
-    estimate = f"estimated {seconds(step.estimate_s)}" if num(step.estimate_s) else ""
+    estimate = f"estimated {seconds(step.estimate_s)}" if step.estimate_s else ""
     if step.status is StepStatus.DONE:
-        took = f" in {seconds(step.duration_s)}" if num(step.duration_s) is not None else ""
+        took = f" in {seconds(step.duration_s)}" if step.duration_s is not None else ""
         return f"done{took}" + (f" ({estimate})" if estimate else "")
     reason = step.reason or "no reason recorded"
     if step.status is StepStatus.PENDING:
@@ -122,17 +84,12 @@ def not_investigated(step: Step) -> str | None:
     return f"not investigated: {reason}"
 
 
-def rate_text(result: Mapping[str, Any]) -> str | None:
+def rate_text(result: ReproduceResult) -> str | None:
     """The rate in words: "4/4 runs failed (100%, 95% interval 51%–100%): 4 hang"; None
     without runs."""
-    runs = num(pick(result, "runs"))
-    counts = pick(result, "counts")
-    counts = (
-        {str(k): int(n) for k, n in counts.items() if num(n)} if isinstance(counts, Mapping) else {}
-    )
-    rate = num(pick(result, "failure_rate"))
-    if runs is None and counts:
-        runs = float(sum(counts.values()))
+    counts = {k: n for k, n in result.counts.items() if n}
+    rate = result.failure_rate
+    runs = result.runs if result.runs is not None else (sum(counts.values()) if counts else None)
     if runs is None:
         return None
     if counts:
@@ -140,33 +97,26 @@ def rate_text(result: Mapping[str, Any]) -> str | None:
     elif rate is not None:
         failed = round(rate * runs)
     else:
-        return f"{runs:.0f} runs"
-    text = f"{failed}/{runs:.0f} runs failed"
-    ci = pick(result, "failure_rate_ci95")
-    bounds = [num(x) for x in ci] if isinstance(ci, list) and len(ci) == 2 else []
+        return f"{runs} runs"
+    text = f"{failed}/{runs} runs failed"
     if rate is not None:
-        interval = ""
-        if len(bounds) == 2 and None not in bounds:
-            interval = f", 95% interval {pct(bounds[0] or 0.0)}–{pct(bounds[1] or 0.0)}"
+        ci = result.failure_rate_ci95
+        interval = f", 95% interval {pct(ci[0])}–{pct(ci[1])}" if ci is not None else ""
         text += f" ({pct(rate)}{interval})"
     if counts:
         text += ": " + ", ".join(f"{n} {k}" for k, n in counts.items())
     return text
 
 
-def cause_line(cause: Mapping[str, Any]) -> str:
-    """One line for a cause object: "openmp-after-fork: OpenMP used after fork (high
-    confidence): the sentence"."""
-    parts = [w for k in ("id", "title") if (w := word(cause, k))]
-    head = ": ".join(dict.fromkeys(parts))  # a title that is the id is said once
-    confidence = cause.get("confidence")
-    if isinstance(confidence, str) and confidence:
-        head += f" ({confidence} confidence)"
-    elif (score := num(confidence)) is not None and 0 <= score <= 1:
-        head += f" ({pct(score)})"
-    sentence = cause.get("sentence")
-    if isinstance(sentence, str) and sentence:
-        head = f"{head}: {sentence}" if head else sentence
+def cause_line(cause: CauseFact) -> str:
+    """One line for a cause: "openmp-after-fork: OpenMP used after fork (high confidence):
+    the sentence"."""
+    # a title that is the id is said once
+    head = ": ".join(dict.fromkeys(w for w in (cause.id, cause.title) if w))
+    if cause.confidence:
+        head += f" ({cause.confidence} confidence)"
+    if cause.sentence:
+        head = f"{head}: {cause.sentence}" if head else cause.sentence
     return head or NOT_KNOWN
 
 
@@ -188,62 +138,60 @@ def ranges(cpus: object) -> str | None:
 
 
 def host_facts(host: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The host fingerprint (doctor/fingerprint.py) as (label, plain text) pairs."""
-    h = host if isinstance(host, Mapping) else {}
-    os_text = " ".join(x for x in (word(h, "kernel"), word(h, "machine")) if x)
-    if word(h, "kernel_version"):
-        os_text += f" ({word(h, 'kernel_version')})"
-    cpus = word(h, "cpus_online")
-    if cpus and word(h, "cpus_online_list"):
-        cpus += f" online ({word(h, 'cpus_online_list')})"
-    affinity = ranges(pick(h, "trainer_affinity")) or ranges(pick(h, "affinity"))
-    quota = num(pick(h, "cpu_quota"))
-    memory = num(pick(h, "memory_limit"))
+    """The host fingerprint (doctor/fingerprint.py, as report.json holds it: a plain object,
+    read defensively) as (label, plain text) pairs."""
+    h: Mapping[str, Any] = host if isinstance(host, Mapping) else {}
+    if not h:
+        return [("host", NOT_KNOWN)]
+    os_text = " ".join(x for x in (_text(h, "kernel"), _text(h, "machine")) if x)
+    if kernel_version := _text(h, "kernel_version"):
+        os_text += f" ({kernel_version})"
+    cpus = _text(h, "cpus_online")
+    if cpus and (online := _text(h, "cpus_online_list")):
+        cpus += f" online ({online})"
+    affinity = ranges(h.get("trainer_affinity")) or ranges(h.get("affinity"))
+    quota = _num(h.get("cpu_quota"))
+    memory = _num(h.get("memory_limit"))
     cgroup = [
         f"CPU quota {quota:g} CPUs" if quota is not None else "no CPU quota",
         f"memory {memory / 2**30:.1f} GiB" if memory is not None else "no memory limit",
     ]
-    if word(h, "cgroup"):
-        cgroup.append(f"cgroup {word(h, 'cgroup')}")
-    container = strings(pick(h, "container"))
-    gpus = strings(pick(h, "gpus"))
+    if group := _text(h, "cgroup"):
+        cgroup.append(f"cgroup {group}")
+    container = _lines(h.get("container"))
+    gpus = _lines(h.get("gpus"))
     gpu = "; ".join(gpus) if gpus else "none found"
-    if word(h, "gpu_driver"):
-        gpu += f" (NVIDIA driver {word(h, 'gpu_driver')})"
-    env = pick(h, "env")
+    if driver := _text(h, "gpu_driver"):
+        gpu += f" (NVIDIA driver {driver})"
+    env = h.get("env")
     env_text = (
         " ".join(f"{k}={v}" for k, v in env.items() if isinstance(v, str))
         if isinstance(env, Mapping)
         else ""
     )
-    load = pick(h, "load")
+    load = h.get("load")
     load_text = (
-        " ".join(f"{x:.2f}" for x in load if num(x) is not None) if isinstance(load, list) else ""
+        " ".join(f"{x:.2f}" for x in load if _num(x) is not None) if isinstance(load, list) else ""
     )
-    if not h:
-        return [("host", NOT_KNOWN)]
     return [
         ("OS / kernel", os_text or NOT_KNOWN),
-        ("libc", word(h, "libc") or NOT_KNOWN),
-        ("compiler", word(h, "compiler") or NOT_KNOWN),
+        ("libc", _text(h, "libc") or NOT_KNOWN),
+        ("compiler", _text(h, "compiler") or NOT_KNOWN),
         ("CPUs", cpus or NOT_KNOWN),
         ("affinity", affinity or NOT_KNOWN),
         ("cgroup limits", ", ".join(cgroup)),
         ("container", "; ".join(container) if container else "no hint of one"),
         ("load average", load_text or NOT_KNOWN),
         ("GPU", gpu),
-        ("OpenMP runtime", word(h, "openmp_runtime") or NOT_KNOWN),
+        ("OpenMP runtime", _text(h, "openmp_runtime") or NOT_KNOWN),
         ("threading env", env_text or "none set"),
     ]
 
 
 def commit_of(result: TriageResult) -> str | None:
-    """The commit the failure was reproduced at, where a step recorded one."""
-    for name, key in ((TriageStep.REPRODUCE, "commit"), (TriageStep.HISTORY, "bad")):
-        value = word(step_of(result, name).result, key)
-        if value:
-            return value
-    return None
+    """The commit the failure was reproduced at, where a step recorded one: History's bad
+    end (Reproduce records no commit of its own)."""
+    return result.found(HistoryResult).bad or None
 
 
 def step_of(result: TriageResult, name: TriageStep) -> Step:

@@ -10,29 +10,32 @@ path in triage.json that points outside the folder, is named as text, never link
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 from urllib.parse import quote
 
 from harness.filenames import ISSUE_MD, REPEAT_JSON, TRIAGE_JSON
 from harness.report.html_page import e, facts, kind_class, page, section, table
+from harness.source.blame import HangBlame
 from harness.text import html_text as escape
 from harness.triage.model import Step, TriageResult
+from harness.triage.results import (
+    ExplainResult,
+    FirstBad,
+    FixesResult,
+    HistoryResult,
+    KnobsResult,
+    ReproduceResult,
+)
 from harness.triage.story_facts import (
     NOT_KNOWN,
     Evidence,
     cause_line,
-    entries,
     host_facts,
     not_investigated,
-    pick,
     rate_text,
-    scalars,
     seconds,
     step_of,
     step_state,
-    strings,
-    word,
 )
 from harness.vocab import StepStatus, TriageStep
 
@@ -96,30 +99,22 @@ def _what(r: TriageResult, ev: Evidence) -> str:
     out, ran = _told(step)
     if not ran:
         return out
-    res = step.result
-    folder = pick(res, "folder")
-    kind = word(res, "kind") or NOT_KNOWN
+    res = r.found(ReproduceResult)
+    kind = str(res.kind) if res.kind is not None else NOT_KNOWN
     out += facts(
         [
             ("verdict", f'<span class="badge {kind_class(kind)}">{escape(kind)}</span>'),
-            ("summary", _a(ev, folder, word(res, "summary") or NOT_KNOWN)),
-            ("rate", _a(ev, folder, rate_text(res) or NOT_KNOWN, prefer=REPEAT_JSON)),
-            (
-                "first failure",
-                _a(ev, pick(res, "first_failure"), word(res, "first_failure") or NOT_KNOWN),
-            ),
-            ("variant", e(word(res, "variant") or "stock")),
-            ("host profile", e(word(res, "host") or "none (this host as it is)")),
+            ("summary", _a(ev, res.folder, res.summary or NOT_KNOWN)),
+            ("rate", _a(ev, res.folder, rate_text(res) or NOT_KNOWN, prefer=REPEAT_JSON)),
+            ("first failure", _a(ev, res.first_failure, res.first_failure or NOT_KNOWN)),
+            ("variant", e(res.variant or "stock")),
+            ("host profile", e(res.host or "none (this host as it is)")),
         ]
     )
-    tried = entries(res, "tried_hosts")
-    if tried:
+    if res.tried_hosts:
         rows = (
-            [
-                f"<td>{e(t.get('host') or 'this host as it is')}</td>",
-                f"<td>{e(t.get('summary'))}</td>",
-            ]
-            for t in tried
+            [f"<td>{e(t.host or 'this host as it is')}</td>", f"<td>{e(t.summary)}</td>"]
+            for t in res.tried_hosts
         )
         out += "<h3>Host profiles tried</h3>" + table(("host", "result"), rows)
     return out + _runs_of(step, ev)
@@ -130,20 +125,19 @@ def _where(r: TriageResult, ev: Evidence) -> str:
     out, ran = _told(step)
     if not ran:
         return out
-    res = step.result
-    report = pick(res, "report")
-    frames = strings(pick(res, "location_frames"))
-    waits = strings(pick(res, "waits"))
+    res = r.found(ExplainResult)
+    frames = [f for f in res.location_frames if f]
+    waits = [w for w in res.waits if w]
     out += facts(
         [
-            ("location", _a(ev, report, word(res, "location") or NOT_KNOWN)),
-            ("mechanism", e(word(res, "mechanism") or NOT_KNOWN)),
+            ("location", _a(ev, res.report, res.location or NOT_KNOWN)),
+            ("mechanism", e(res.mechanism or NOT_KNOWN)),
             ("frames", f"<code>{escape(' → '.join(frames))}</code>" if frames else e(NOT_KNOWN)),
         ]
     )
     out += "<h3>Who waits for whom</h3>"
     if waits:
-        out += "<ul>" + "".join(f"<li>{_a(ev, report, w)}</li>" for w in waits) + "</ul>"
+        out += "<ul>" + "".join(f"<li>{_a(ev, res.report, w)}</li>" for w in waits) + "</ul>"
     else:
         out += f'<p class="muted">{e(NOT_KNOWN)}</p>'
     return out
@@ -154,13 +148,12 @@ def _why(r: TriageResult, ev: Evidence) -> str:
     out, ran = _told(step, headline=False)
     if not ran:
         return out
-    res = step.result
-    report = pick(res, "report")
-    causes = entries(res, "causes")
+    res = r.found(ExplainResult)
+    causes = res.causes
     if causes:
         top = causes[0]
-        out += f'<p class="cause"><b>Top cause:</b> {_a(ev, report, cause_line(top))}</p>'
-        remedies = scalars(top.get("remedies"))
+        out += f'<p class="cause"><b>Top cause:</b> {_a(ev, res.report, cause_line(top))}</p>'
+        remedies = [x for x in top.remedies if x]
         if remedies:
             out += '<ul class="remedies">' + "".join(f"<li>{e(x)}</li>" for x in remedies) + "</ul>"
         if len(causes) > 1:
@@ -169,35 +162,36 @@ def _why(r: TriageResult, ev: Evidence) -> str:
             out += f"<details>{more}<ul>{others}</ul></details>"
     else:
         out += f'<p class="muted">No cause named ({e(NOT_KNOWN)}).</p>'
-    doctor = entries(res, "doctor")
-    if doctor:
+    if res.doctor:
         rows = (
             [
-                f"<td>{e(d.get('name'))}</td>",
-                f'<td class="s-{escape(str(d.get("status") or ""))}">{e(d.get("status"))}</td>',
-                f"<td>{e(d.get('detail'))}</td>",
+                f"<td>{e(d.name)}</td>",
+                f'<td class="s-{escape(str(d.status))}">{e(d.status)}</td>',
+                f"<td>{e(d.detail)}</td>",
             ]
-            for d in doctor
+            for d in res.doctor
         )
         out += "<h3>Platform facts that bear on it</h3>" + table(
             ("probe", "status", "detail"), rows
         )
-    blame = pick(res, "blame")
-    if isinstance(blame, Mapping):
-        out += "<h3>Blame</h3>" + facts(_blame_pairs(blame))
+    if res.blame is not None:
+        out += "<h3>Blame</h3>" + facts(_blame_pairs(res.blame))
     return out + _runs_of(step, ev)
 
 
-def _blame_pairs(blame: Mapping[str, Any]) -> list[tuple[str, str]]:
-    where = word(blame, "file") or ""
-    if where and word(blame, "line"):
-        where += f":{word(blame, 'line')}"
-    line_commit = " ".join(x for x in (word(blame, "commit"), word(blame, "subject")) if x)
-    pragma = " ".join(x for x in (word(blame, "pragma_commit"), word(blame, "pragma_subject")) if x)
+def _blame_pairs(blame: HangBlame) -> list[tuple[str, str]]:
+    where = blame.file
+    if where and blame.line:
+        where += f":{blame.line}"
+    line = blame.commit
+    pragma = blame.pragma_introduced or blame.pragma_commit
     return [
         ("line", f"<code>{escape(where)}</code>" if where else e(NOT_KNOWN)),
-        ("its commit", e(line_commit or NOT_KNOWN)),
-        ("the construct's commit", e(pragma or NOT_KNOWN)),
+        ("its commit", e(f"{line.short} {line.subject}".rstrip() if line else NOT_KNOWN)),
+        (
+            "the construct's commit",
+            e(f"{pragma.short} {pragma.subject}".rstrip() if pragma else NOT_KNOWN),
+        ),
     ]
 
 
@@ -206,20 +200,19 @@ def _not_matter(r: TriageResult, ev: Evidence) -> str:
     out, ran = _told(step)
     if not ran:
         return out
-    folder = pick(step.result, "folder")
-    knobs = entries(step.result, "knobs")
+    res = r.found(KnobsResult)
     rows = (
         [
-            f"<td><code>{escape(str(k.get('label') or '?'))}</code></td>",
-            f"<td>{e(', '.join(scalars(k.get('values'))))}</td>",
-            f"<td>{e(k.get('effect') or NOT_KNOWN)}</td>",
-            f"<td>{_a(ev, folder, str(k.get('line') or NOT_KNOWN))}</td>",
+            f"<td><code>{escape(k.label or '?')}</code></td>",
+            f"<td>{e(', '.join(v for v in k.values if v))}</td>",
+            f"<td>{e(k.effect)}</td>",
+            f"<td>{_a(ev, res.folder, k.line or NOT_KNOWN)}</td>",
         ]
-        for k in knobs
+        for k in res.knobs
     )
-    out += table(("knob", "values", "effect", "what the runs say"), rows) if knobs else ""
-    if word(step.result, "conclusion"):
-        out += f"<p>{_a(ev, folder, word(step.result, 'conclusion') or '')}</p>"
+    out += table(("knob", "values", "effect", "what the runs say"), rows) if res.knobs else ""
+    if res.conclusion:
+        out += f"<p>{_a(ev, res.folder, res.conclusion)}</p>"
     return out + _runs_of(step, ev)
 
 
@@ -228,35 +221,26 @@ def _fixes(r: TriageResult, ev: Evidence) -> str:
     out, ran = _told(step)
     if not ran:
         return out
-    res = step.result
-    folder = pick(res, "folder")
-    variant = word(res, "fix_variant")
-    decision = word(res, "decision") or NOT_KNOWN
-    passed = (
-        (word(res, "fix_text") or str(variant))
-        if variant and pick(res, "confirmed") is not False
-        else ""
-    )
+    res = r.found(FixesResult)
+    decision = str(res.decision) if res.decision is not None else NOT_KNOWN
+    passed = (res.fix_text or res.fix_variant) if res.fix_variant else ""
     out += facts(
         [
-            ("fix", _a(ev, folder, passed or f"none confirmed ({decision})")),
-            ("summary", _a(ev, folder, word(res, "summary") or ""))
-            if word(res, "summary")
-            else ("", ""),
+            ("fix", _a(ev, res.folder, passed or f"none confirmed ({decision})")),
+            ("summary", _a(ev, res.folder, res.summary)) if res.summary else ("", ""),
         ]
     )
-    variants = entries(res, "variants")
-    if variants:
+    if res.variants:
         rows = (
             [
-                f"<td><code>{escape(str(v.get('variant') or '?'))}</code></td>",
-                f"<td>{e(word(v, 'runs'))}</td>",
-                f"<td>{_a(ev, folder, str(v.get('summary') or NOT_KNOWN))}</td>",
+                f"<td><code>{escape(v.variant or '?')}</code></td>",
+                f"<td>{e(v.runs)}</td>",
+                f"<td>{_a(ev, res.folder, v.summary or NOT_KNOWN)}</td>",
             ]
-            for v in variants
+            for v in res.variants
         )
         out += table(("variant", "runs", "result"), rows)
-    changes = strings(pick(res, "changes"))
+    changes = [x for x in res.changes if x]
     if changes:
         out += "<h3>Its changes to the source</h3><pre>" + escape("\n".join(changes)) + "</pre>"
     return out + _runs_of(step, ev)
@@ -267,42 +251,29 @@ def _when(r: TriageResult, ev: Evidence) -> str:
     out, ran = _told(step)
     if not ran:
         return out
-    res = step.result
-    folder = pick(res, "folder")
-    first = pick(res, "first_bad")
-    first = first if isinstance(first, Mapping) else {}
-    sha = word(first, "sha")
-    head = " ".join(x for x in (sha, word(first, "subject")) if x)
+    res = r.found(HistoryResult)
+    first = res.first_bad or FirstBad()
+    head = " ".join(x for x in (first.sha, first.subject) if x)
+    good = " ".join(x for x in (res.good, res.good_how) if x)
     out += facts(
         [
+            ("first bad", _a(ev, res.folder, head or f"not found ({res.status or NOT_KNOWN})")),
+            ("author", e(first.author)) if first.author else ("", ""),
+            ("date", e(first.date)) if first.date else ("", ""),
+            ("last good", e(good or NOT_KNOWN)),
             (
-                "first bad",
-                _a(ev, folder, head or f"not found ({word(res, 'status') or NOT_KNOWN})"),
+                "confidence",
+                e(str(res.confidence) if res.confidence is not None else NOT_KNOWN),
             ),
-            ("author", e(word(first, "author"))) if word(first, "author") else ("", ""),
-            ("date", e(word(first, "date"))) if word(first, "date") else ("", ""),
-            (
-                "last good",
-                e(
-                    " ".join(x for x in (word(res, "good"), word(res, "good_how")) if x)
-                    or NOT_KNOWN
-                ),
-            ),
-            ("confidence", e(word(res, "confidence") or NOT_KNOWN)),
-            ("possible", e(", ".join(scalars(pick(res, "possible"), key="sha"))))
-            if pick(res, "possible")
-            else ("", ""),
+            ("possible", e(", ".join(x for x in res.possible if x))) if res.possible else ("", ""),
         ]
     )
-    diffstat = pick(first, "diffstat")
-    stat = diffstat if isinstance(diffstat, str) else "\n".join(strings(diffstat))
-    if stat:
-        out += f"<pre>{escape(stat)}</pre>"
-    searched = entries(res, "searched")
-    if searched:
+    if first.diffstat:
+        out += f"<pre>{escape(first.diffstat)}</pre>"
+    if res.searched:
         rows = (
-            [f"<td><code>{e(s.get('sha'))}</code></td>", f"<td>{e(s.get('classification'))}</td>"]
-            for s in searched
+            [f"<td><code>{e(s.sha)}</code></td>", f"<td>{e(s.classification)}</td>"]
+            for s in res.searched
         )
         out += (
             "<details><summary>commits tested</summary>"
@@ -355,7 +326,8 @@ def render_story(result: TriageResult) -> str:
     r = result
     ev = Evidence(r.directory)
     rep = step_of(r, TriageStep.REPRODUCE)
-    kind = (word(rep.result, "kind") or "pass") if r.reproduced else "pass"
+    found = r.found(ReproduceResult).kind
+    kind = str(found or "pass") if r.reproduced else "pass"
     headline = rep.headline or ("reproduced" if r.reproduced else "not reproduced here")
     verdict = (
         f'<section id="verdict" class="verdict {kind_class(kind)}">'

@@ -9,26 +9,29 @@ is one line saying why: nothing appears in issue.md that the runs did not show."
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
+from harness.source.blame import LineCommit
 from harness.text import markdown_code, markdown_text, strip_controls
 from harness.triage.model import TriageResult
+from harness.triage.results import (
+    ExplainResult,
+    FixesResult,
+    HistoryResult,
+    KnobsResult,
+    ReproduceResult,
+)
 from harness.triage.story_facts import (
     NOT_KNOWN,
     cause_line,
     commit_of,
-    entries,
     host_facts,
     not_investigated,
-    pick,
     rate_text,
-    scalars,
     seconds,
     step_of,
-    strings,
-    word,
 )
-from harness.vocab import StepStatus, TriageStep
+from harness.vocab import KnobEffect, StepStatus, TriageStep
 
 
 def t(value: object) -> str:
@@ -74,52 +77,48 @@ def _symptom(r: TriageResult) -> list[str]:
     missing = not_investigated(rep)
     if missing:
         out.append(f"Reproduction {t(missing)}.")
-    res, ex = rep.result, exp.result if exp.status is StepStatus.DONE else {}
-    kind = word(ex, "kind") or word(res, "kind")
-    location = word(ex, "location") or word(res, "location")
+    res = r.found(ReproduceResult)
+    ex = r.found(ExplainResult) if exp.status is StepStatus.DONE else ExplainResult()
+    kind = ex.kind or res.kind
+    location = ex.location or res.location
     if rep.status is StepStatus.DONE:
         verdict = t(kind or NOT_KNOWN) + (f" in {c(location)}" if location else "")
         out += _bullets(
             [
                 ("verdict", verdict),
-                ("summary", t(word(res, "summary") or NOT_KNOWN)),
+                ("summary", t(res.summary or NOT_KNOWN)),
                 ("rate", t(rate_text(res) or NOT_KNOWN)),
-                ("variant", c(word(res, "variant") or "stock")),
-                (
-                    "host profile",
-                    c(word(res, "host")) if word(res, "host") else "none (this host as it is)",
-                ),
+                ("variant", c(res.variant or "stock")),
+                ("host profile", c(res.host) if res.host else "none (this host as it is)"),
             ]
         )
-        for tried in entries(res, "tried_hosts"):
-            host = tried.get("host")  # null: this host as it is
-            where = f"under {c(host)}" if host else "on this host as it is"
-            out.append(f"  - {where}: {t(tried.get('summary') or NOT_KNOWN)}")
+        for tried in res.tried_hosts:
+            # no host: this host as it is
+            where = f"under {c(tried.host)}" if tried.host else "on this host as it is"
+            out.append(f"  - {where}: {t(tried.summary or NOT_KNOWN)}")
     if exp.status is not StepStatus.DONE:
         out += ["", f"What the threads do: {t(not_investigated(exp) or '')}."]
         return out
-    frames = strings(pick(ex, "location_frames"))
-    causes = entries(ex, "causes")
+    frames = [f for f in ex.location_frames if f]
+    causes = ex.causes
     out += ["", "What the threads do:", ""]
     out += _bullets(
         [
-            ("mechanism", t(word(ex, "mechanism") or NOT_KNOWN)),
+            ("mechanism", t(ex.mechanism or NOT_KNOWN)),
             ("frames", c(" → ".join(frames)) if frames else t(NOT_KNOWN)),
             ("cause", t(cause_line(causes[0])) if causes else t(NOT_KNOWN)),
         ]
     )
-    waits = strings(pick(ex, "waits"))
+    waits = [w for w in ex.waits if w]
     out.append("- **who waits for whom**:" + ("" if waits else f" {t(NOT_KNOWN)}"))
     out += [f"  - {p(w)}" for w in waits]
     for cause in causes[1:]:
         out.append(f"- other cause: {t(cause_line(cause))}")
-    doctor = entries(ex, "doctor")
-    if doctor:
+    if ex.doctor:
         out.append("- **doctor**:")
         out += [
-            f"  - {p(d.get('name') or '?')}: {t(d.get('status') or '?')}"
-            + (f" — {t(d['detail'])}" if isinstance(d.get("detail"), str) and d["detail"] else "")
-            for d in doctor
+            f"  - {p(d.name or '?')}: {t(d.status)}" + (f" — {t(d.detail)}" if d.detail else "")
+            for d in ex.doctor
         ]
     return out
 
@@ -131,62 +130,61 @@ def _reproduction(r: TriageResult) -> list[str]:
     return [*out, *_fenced(r.commands, "sh")]
 
 
+def _commit(commit: LineCommit | None) -> str:
+    """A commit of a blame: its short sha and subject, or "not known"."""
+    if commit is None:
+        return t(NOT_KNOWN)
+    return f"{c(commit.short)} {t(commit.subject)}".rstrip()
+
+
 def _blame(r: TriageResult) -> list[str]:
     exp, hist = step_of(r, TriageStep.EXPLAIN), step_of(r, TriageStep.HISTORY)
     out = ["## Blame", ""]
-    blame = pick(exp.result, "blame") if exp.status is StepStatus.DONE else None
+    blame = r.found(ExplainResult).blame if exp.status is StepStatus.DONE else None
     if exp.status is not StepStatus.DONE:
         out.append(f"- **the located line**: {t(not_investigated(exp) or '')}")
-    elif isinstance(blame, Mapping) and blame:
-        where = word(blame, "file") or NOT_KNOWN
-        if word(blame, "line"):
-            where += f":{word(blame, 'line')}"
-        line = f"- **the located line** {c(where)}: "
-        commit = word(blame, "commit")
-        line += (
-            f"{c(commit)} {t(word(blame, 'subject') or '')}".rstrip() if commit else t(NOT_KNOWN)
-        )
-        out.append(line)
-        pragma = word(blame, "pragma_commit")
-        subject = word(blame, "pragma_subject")
+    elif blame is not None:
+        where = blame.file or NOT_KNOWN
+        if blame.line:
+            where += f":{blame.line}"
+        out.append(f"- **the located line** {c(where)}: {_commit(blame.commit)}")
         out.append(
             "- **the commit that brought its construct in**: "
-            + (f"{c(pragma)} {t(subject or '')}".rstrip() if pragma else t(NOT_KNOWN))
+            + _commit(blame.pragma_introduced or blame.pragma_commit)
         )
     else:
         out.append(f"- **the located line**: {t('not known: no blame (not a git source?)')}")
     out.append("")
     missing = not_investigated(hist)
-    res = hist.result
-    first = pick(res, "first_bad")
+    res = r.found(HistoryResult)
+    first = res.first_bad
     if missing:
         out.append(f"First bad commit: {t(missing)}.")
-    elif isinstance(first, Mapping) and word(first, "sha"):
-        out.append(
-            f"First bad commit: {c(word(first, 'sha'))} {t(word(first, 'subject') or '')}".rstrip()
-        )
+    elif first is not None and first.sha:
+        out.append(f"First bad commit: {c(first.sha)} {t(first.subject)}".rstrip())
         out.append("")
         out += _bullets(
             [
-                ("author", t(word(first, "author") or NOT_KNOWN)),
-                ("date", t(word(first, "date") or NOT_KNOWN)),
+                ("author", t(first.author or NOT_KNOWN)),
+                ("date", t(first.date or NOT_KNOWN)),
                 (
                     "last good",
-                    c(word(res, "good"))
-                    + (f" ({t(word(res, 'good_how'))})" if word(res, "good_how") else "")
-                    if word(res, "good")
+                    c(res.good) + (f" ({t(res.good_how)})" if res.good_how else "")
+                    if res.good
                     else t(NOT_KNOWN),
                 ),
-                ("confidence", t(word(res, "confidence") or NOT_KNOWN)),
+                (
+                    "confidence",
+                    t(res.confidence if res.confidence is not None else NOT_KNOWN),
+                ),
             ]
         )
-        diffstat = pick(first, "diffstat")
-        stat = diffstat.splitlines() if isinstance(diffstat, str) else strings(diffstat)
+        stat = first.diffstat.splitlines()
         if stat:
             out += ["", *_fenced(stat)]
     else:
-        possible = scalars(pick(res, "possible"), key="sha")
-        out.append(f"First bad commit: not found ({t(word(res, 'status') or NOT_KNOWN)}).")
+        possible = [x for x in res.possible if x]
+        out.append(f"First bad commit: not found ({t(res.status or NOT_KNOWN)}).")
         if possible:
             out.append("Possible: " + ", ".join(c(sha) for sha in possible))
     return out
@@ -198,28 +196,27 @@ def _knobs(r: TriageResult) -> list[str]:
     missing = not_investigated(step)
     if missing:
         return [*out, p(missing)]
-    knobs = entries(step.result, "knobs")
+    res = r.found(KnobsResult)
     groups = (
-        ("ruled-out", "Ruled out (the outcome does not change)"),
-        ("changes", "Change the outcome"),
-        ("unsettled", "Unsettled (more runs needed)"),
-        ("not-judged", "Not judged"),
+        (KnobEffect.RULED_OUT, "Ruled out (the outcome does not change)"),
+        (KnobEffect.CHANGES, "Change the outcome"),
+        (KnobEffect.UNSETTLED, "Unsettled (more runs needed)"),
+        (KnobEffect.NOT_JUDGED, "Not judged"),
     )
     for effect, title in groups:
-        mine = [k for k in knobs if k.get("effect") == effect]
+        mine = [k for k in res.knobs if k.effect is effect]
         if not mine:
             continue
         out += [f"{title}:", ""]
         for k in mine:
-            values = scalars(k.get("values"))
-            what = c(k.get("label") or "?") + (f" ({t(', '.join(values))})" if values else "")
-            line = k.get("line")
-            out.append(f"- {what}" + (f": {t(line)}" if isinstance(line, str) and line else ""))
+            values = [v for v in k.values if v]
+            what = c(k.label or "?") + (f" ({t(', '.join(values))})" if values else "")
+            out.append(f"- {what}" + (f": {t(k.line)}" if k.line else ""))
         out.append("")
-    if not knobs:
+    if not res.knobs:
         out += [p("no knob was swept"), ""]
-    if word(step.result, "conclusion"):
-        out.append("Conclusion: " + t(word(step.result, "conclusion")))
+    if res.conclusion:
+        out.append("Conclusion: " + t(res.conclusion))
     return out
 
 
@@ -229,26 +226,20 @@ def _fix(r: TriageResult) -> list[str]:
     missing = not_investigated(step)
     if missing:
         return [*out, p(missing)]
-    res = step.result
-    variant = word(res, "fix_variant") or (
-        r.fix_confirmed if isinstance(r.fix_confirmed, str) else None
-    )
-    confirmed = pick(res, "confirmed")
-    if variant and confirmed is not False:
-        out.append(f"Fix: {t(word(res, 'fix_text') or variant)}.")
+    res = r.found(FixesResult)
+    variant = res.fix_variant or r.fix_confirmed
+    if variant:
+        out.append(f"Fix: {t(res.fix_text or variant)}.")
     else:
-        out.append(f"No fix confirmed ({t(word(res, 'decision') or NOT_KNOWN)}).")
-    if word(res, "summary"):
-        out += ["", p(word(res, "summary"))]
-    variants = entries(res, "variants")
-    if variants:
+        out.append(f"No fix confirmed ({t(res.decision or NOT_KNOWN)}).")
+    if res.summary:
+        out += ["", p(res.summary)]
+    if res.variants:
         out += ["", "| variant | runs | result |", "|---|---|---|"]
-        for v in variants:
-            runs = word(v, "runs") or "?"
-            out.append(
-                f"| {c(v.get('variant') or '?')} | {t(runs)} | {t(v.get('summary') or NOT_KNOWN)} |"
-            )
-    changes = strings(pick(res, "changes"))
+        for v in res.variants:
+            runs = str(v.runs) if v.runs is not None else "?"
+            out.append(f"| {c(v.variant or '?')} | {t(runs)} | {t(v.summary or NOT_KNOWN)} |")
+    changes = [x for x in res.changes if x]
     if changes:
         out += ["", f"Changes of {c(variant or 'the fix')}:", "", *_fenced(changes)]
     return out
