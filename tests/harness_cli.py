@@ -9,15 +9,19 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from harness.analysis.classify import Verdict
 from harness.pipeline.children import ZYGOTE_ENTRY, ZYGOTE_PRELOAD
 from harness.process.zygote import Zygote
+from harness.report.load import load_report
+from harness.report.model import Report
+from harness.sampling.model import SampleSet
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = str(ROOT / "harness" / "__main__.py")  # sys.argv[0] of `python -m harness`
@@ -63,8 +67,38 @@ class HarnessResult:
 
     @property
     def report(self) -> dict[str, Any]:
+        """report.json as written: for tests of its keys and schema."""
         data: dict[str, Any] = json.loads((self.folder / "report.json").read_text())
         return data
+
+    @property
+    def loaded(self) -> Report:
+        """The report read back typed, as `harness report` reads it (harness.report.load)."""
+        return load_report(self.folder)
+
+
+def verdict_of(report: Report) -> Verdict:
+    """The report's verdict; fails when the run ended without one."""
+    assert report.verdict is not None, f"no verdict ({report.status}, {report.stage})"
+    return report.verdict
+
+
+def samples_of(report: Report) -> SampleSet:
+    """The report's samples; fails when the run recorded none."""
+    assert report.samples is not None, f"no samples ({report.kind})"
+    return report.samples
+
+
+def exit_pid(report: Report) -> int:
+    """The watched command's pid; fails when not recorded."""
+    assert report.exit is not None and report.exit.pid is not None, report.exit
+    return report.exit.pid
+
+
+def run_s(report: Report) -> float:
+    """Seconds from the command's launch to its verdict; fails when not recorded."""
+    assert report.timings.run_s is not None, report.timings
+    return report.timings.run_s
 
 
 def only_report_dir(parent: Path) -> Path | None:
@@ -185,6 +219,43 @@ def harness(
         err.decode(errors="replace"),
         time.monotonic() - start,
         only_report_dir(report_root),
+    )
+
+
+def watch_opts(
+    *,
+    startup: int | None = None,
+    stall: int | None = None,
+    quiescent: int | None = None,
+    timeout: int | None = None,
+    quiet: bool = False,
+) -> tuple[str, ...]:
+    """The watchdog's windows as `harness watch`/`run` options, in seconds (`--startup`,
+    `--stall`, `--quiescent`, `--timeout`), each one given, and `--quiet`. Each module
+    keeps its own values (tuned for a loaded 2-core machine)."""
+    windows = {"startup": startup, "stall": stall, "quiescent": quiescent, "timeout": timeout}
+    opts = [w for name, v in windows.items() if v is not None for w in (f"--{name}", str(v))]
+    return (*opts, "--quiet") if quiet else tuple(opts)
+
+
+def watch_cmd(
+    report_root: Path,
+    *cmd: str,
+    opts: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    interrupt: int | None = None,
+    timeout: float = 120,
+) -> HarnessResult:
+    """`harness watch OPTS -- CMD` to its end, its report folder under `report_root`."""
+    return harness(
+        "watch",
+        *opts,
+        "--",
+        *cmd,
+        report_root=report_root,
+        timeout=timeout,
+        env=env,
+        interrupt=interrupt,
     )
 
 

@@ -7,29 +7,29 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from harness.analysis.causes import Facts, check, checked_rules, diagnose
+from harness.analysis.causes import Cause, Facts, check, checked_rules, diagnose
 from harness.config.causes import rule_from_table, rules_from_tables, rules_of_files
 from harness.errors import HarnessError
 from harness.outcome import Kind
-from tests.harness_cli import ROOT, harness
+from harness.report.model import Report
+from harness.vocab import EventKind, Mechanism, Trigger
+from tests.harness_cli import ROOT, harness, samples_of, verdict_of, watch_cmd, watch_opts
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
 
 PROGRAMS = ROOT / "tests" / "programs"
-FAST = ["--startup", "4", "--stall", "4", "--quiescent", "2", "--timeout", "60"]
+FAST = watch_opts(startup=4, stall=4, quiescent=2, timeout=60)
 
 
-def watch(tmp_path: Path, *cmd: str) -> dict[str, Any]:
-    res = harness("watch", *FAST, "--", *cmd, report_root=tmp_path / "reports")
-    return res.report
+def watch(tmp_path: Path, *cmd: str) -> Report:
+    return watch_cmd(tmp_path / "reports", *cmd, opts=FAST).loaded
 
 
-def causes(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["id"]: c for c in report["verdict"]["causes"]}
+def causes(report: Report) -> dict[str, Cause]:
+    return {c.id: c for c in verdict_of(report).causes}
 
 
 @pytest.mark.slow
@@ -37,8 +37,8 @@ def test_lock_cycle_of_two(tmp_path: Path, c_program: Callable[[str], Path]) -> 
     report = watch(tmp_path, str(c_program("mutex_deadlock")))
     found = causes(report)
     assert set(found) == {"lock-cycle"}, found
-    sentence = found["lock-cycle"]["sentence"]
-    tids = {t["tid"] for p in report["samples"]["snapshots"][-1]["processes"] for t in p["threads"]}
+    sentence = found["lock-cycle"].sentence
+    tids = {t.tid for p in samples_of(report).snapshots[-1].processes for t in p.threads}
     named = {int(t) for t in re.findall(r"tid (\d+)", sentence)}
     assert len(named) == 2 and named <= tids, sentence
     assert "xfer_a_to_b" in sentence and "xfer_b_to_a" in sentence
@@ -48,7 +48,7 @@ def test_lock_cycle_of_two(tmp_path: Path, c_program: Callable[[str], Path]) -> 
 def test_lock_cycle_of_three(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
     found = causes(watch(tmp_path, str(c_program("mutex_cycle3"))))
     assert set(found) == {"lock-cycle"}, found
-    sentence = found["lock-cycle"]["sentence"]
+    sentence = found["lock-cycle"].sentence
     assert sentence.count("waits for mutex") == 3
     for name in ("cycle_t1", "cycle_t2", "cycle_t3"):
         assert name in sentence
@@ -58,7 +58,7 @@ def test_lock_cycle_of_three(tmp_path: Path, c_program: Callable[[str], Path]) -
 def test_python_locks_names_sites_and_owners(tmp_path: Path) -> None:
     found = causes(watch(tmp_path, sys.executable, str(PROGRAMS / "py_deadlock.py")))
     assert set(found) == {"python-locks"}, found
-    sentence = found["python-locks"]["sentence"]
+    sentence = found["python-locks"].sentence
     assert "xfer_a_to_b" in sentence and "xfer_b_to_a" in sentence
     # the owners are read from the holders' stacks (`with` lines); "owner unknown" is tested
     # in test_python_locks.py, on a holder whose stack does not show the lock
@@ -70,38 +70,37 @@ def test_dead_worker_named_with_its_signal(
     tmp_path: Path, c_program: Callable[[str], Path]
 ) -> None:
     report = watch(tmp_path, str(c_program("dead_worker")))
-    v = report["verdict"]
     found = causes(report)
     assert set(found) == {"dead-worker"}, found
-    sentence = found["dead-worker"]["sentence"]
-    exits = [e for e in report["samples"]["events"] if e["event"] == "exit"]
-    assert len(exits) == 1 and exits[0]["status"] == "killed by SIGKILL"
+    sentence = found["dead-worker"].sentence
+    exits = [e for e in samples_of(report).events if e.event is EventKind.EXIT]
+    assert len(exits) == 1 and exits[0].status == "killed by SIGKILL"
     # the watch loop records how it ended as data; the detector reads these, not the words
-    assert (exits[0]["signal"], exits[0]["exit_code"], exits[0]["status_known"]) == (9, None, True)
-    assert f"worker pid {exits[0]['pid']}" in sentence and "died by SIGKILL" in sentence
-    assert f"parent pid {exits[0]['ppid']} waits" in sentence and "read" in sentence
+    assert (exits[0].signal, exits[0].exit_code, exits[0].status_known) == (9, None, True)
+    assert f"worker pid {exits[0].pid}" in sentence and "died by SIGKILL" in sentence
+    assert f"parent pid {exits[0].ppid} waits" in sentence and "read" in sentence
     # the location is the waiting parent's own frame (the worker is gone: nothing else waits)
-    assert v["location"] == "wait_for_answer"
+    assert verdict_of(report).location == "wait_for_answer"
 
 
 @pytest.mark.slow
 def test_exit_blocked_names_the_threads(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
     found = causes(watch(tmp_path, str(c_program("exit_blocked"))))
     assert set(found) == {"exit-blocked"}, found
-    assert "shutdown_wait" in found["exit-blocked"]["sentence"]
-    assert "wait_for_shutdown" in found["exit-blocked"]["sentence"]
+    assert "shutdown_wait" in found["exit-blocked"].sentence
+    assert "wait_for_shutdown" in found["exit-blocked"].sentence
     found = causes(watch(tmp_path / "py", sys.executable, str(PROGRAMS / "exit_blocked.py")))
     assert set(found) == {"exit-blocked"}, found
-    assert "wait_for_shutdown (exit_blocked.py" in found["exit-blocked"]["sentence"]
+    assert "wait_for_shutdown (exit_blocked.py" in found["exit-blocked"].sentence
 
 
 @pytest.mark.slow
 def test_spin_on_blocked_workers(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
     report = watch(tmp_path, str(c_program("spin_on_workers")))
-    assert report["verdict"]["mechanism"] == "spin"
+    assert verdict_of(report).mechanism is Mechanism.SPIN
     found = causes(report)
     assert set(found) == {"spin-on-blocked-workers"}, found
-    sentence = found["spin-on-blocked-workers"]["sentence"]
+    sentence = found["spin-on-blocked-workers"].sentence
     assert "wait_for_workers" in sentence and "3 thread(s)" in sentence
 
 
@@ -111,14 +110,14 @@ def test_no_cause_for_other_shapes(
     tmp_path: Path, c_program: Callable[[str], Path], program: str
 ) -> None:
     """A spin with no blocked workers, a crash: no cause is claimed."""
-    report = watch(tmp_path, str(c_program(program)))
-    assert report["verdict"]["kind"] in ("hang", "crash")
-    assert report["verdict"]["causes"] == []
+    v = verdict_of(watch(tmp_path, str(c_program(program))))
+    assert v.kind in (Kind.HANG, Kind.CRASH)
+    assert v.causes == []
 
 
 def test_no_cause_for_a_pass(tmp_path: Path) -> None:
-    report = watch(tmp_path, sys.executable, "-c", "print('done')")
-    assert report["verdict"]["kind"] == "pass" and report["verdict"]["causes"] == []
+    v = verdict_of(watch(tmp_path, sys.executable, "-c", "print('done')"))
+    assert v.kind is Kind.PASS and v.causes == []
 
 
 @pytest.mark.slow
@@ -127,16 +126,17 @@ def test_openmp_after_fork_on_the_stock_replica(
     tmp_path: Path, cache_env: dict[str, str], libgomp_fork_hazard: None
 ) -> None:
     res = harness("run", "breakout", "--timeout", "60", report_root=tmp_path, env=cache_env)
-    report = res.report
-    assert report["verdict"]["location"] == "env_start"
+    report = res.loaded
+    v = verdict_of(report)
+    assert v.location == "env_start"
     found = causes(report)
     assert list(found) == ["openmp-after-fork"], found
     cause = found["openmp-after-fork"]
-    assert "forked without exec" in cause["sentence"] and "libgomp" in cause["sentence"]
-    assert "harness compare breakout --variants stock,fixed" in cause["remedies"][0]
-    assert cause["command"].startswith("harness compare breakout --variants stock,fixed")
-    assert "waits for child pid" in report["verdict"]["waits_for"]
-    assert report["verdict"]["waits_for"].endswith("which is blocked in env_start")
+    assert "forked without exec" in cause.sentence and "libgomp" in cause.sentence
+    assert "harness compare breakout --variants stock,fixed" in cause.remedies[0]
+    assert cause.command.startswith("harness compare breakout --variants stock,fixed")
+    assert "waits for child pid" in v.waits_for
+    assert v.waits_for.endswith("which is blocked in env_start")
     # the summary puts the top cause on its own line and points at the command to try
     assert "openmp-after-fork (high)" in res.stdout
     assert "next:" in res.stdout and "harness compare breakout" in res.stdout
@@ -148,19 +148,19 @@ def test_missing_dashboard_key_on_the_bare_replica(
     tmp_path: Path, cache_env: dict[str, str]
 ) -> None:
     argv = ["run", "breakout", "--env", "REPLICA_CONTEXT=bare", "--timeout", "60"]
-    report = harness(*argv, report_root=tmp_path, env=cache_env).report
-    assert report["verdict"]["kind"] == "error-exit"
+    report = harness(*argv, report_root=tmp_path, env=cache_env).loaded
+    assert verdict_of(report).kind is Kind.ERROR_EXIT
     found = causes(report)
     assert list(found) == ["missing-dashboard-key"], found
-    assert "util/gpu_percent" in found["missing-dashboard-key"]["sentence"]
+    assert "util/gpu_percent" in found["missing-dashboard-key"].sentence
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_no_cause_for_the_fixed_replica(tmp_path: Path, cache_env: dict[str, str]) -> None:
     argv = ["run", "breakout", "--variant", "fixed", "--steps", "262144"]
-    report = harness(*argv, report_root=tmp_path, env=cache_env).report
-    assert report["verdict"]["kind"] == "pass" and report["verdict"]["causes"] == []
+    v = verdict_of(harness(*argv, report_root=tmp_path, env=cache_env).loaded)
+    assert v.kind is Kind.PASS and v.causes == []
 
 
 OWN = {
@@ -282,16 +282,17 @@ def test_active_wait_policy_spins_in_the_pool_but_is_located_in_env_start(
     child while the parent spins, located where the program is stuck, with the same cause
     (before the wake graph: a spin at the startup window)."""
     argv = ["run", "breakout", "--env", "OMP_WAIT_POLICY=active", "--startup", "8"]
-    report = harness(*argv, "--timeout", "60", report_root=tmp_path, env=cache_env).report
-    v = report["verdict"]
-    got = (report["trigger"], v["mechanism"], v["location"])
-    assert got == ("closed", "deadlock", "env_start"), v["summary"]
+    report = harness(*argv, "--timeout", "60", report_root=tmp_path, env=cache_env).loaded
+    v, samples = verdict_of(report), samples_of(report)
+    got = (report.trigger, v.mechanism, v.location)
+    assert got == (Trigger.CLOSED, Mechanism.DEADLOCK, "env_start"), v.summary
     # the parent's main thread waits for the child (in the set), its pool spins (not)
-    parent = report["exit"]["pid"]
-    closed = {(p, t) for p, t in report["samples"]["wake"]["closed"]}
+    assert report.exit is not None and samples.wake is not None
+    parent = report.exit.pid
+    closed = {(p, t) for p, t in samples.wake.closed}
     assert (parent, parent) in closed
-    pool = [w for w in report["samples"]["waits"] if w["pid"] == parent and w["tid"] != parent]
-    assert pool and all((w["pid"], w["tid"]) not in closed for w in pool), pool
+    pool = [w for w in samples.waits if w.pid == parent and w.tid != parent]
+    assert pool and all((w.pid, w.tid) not in closed for w in pool), pool
     assert list(causes(report)) == ["openmp-after-fork"]
 
 

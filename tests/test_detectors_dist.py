@@ -21,10 +21,13 @@ from typing import Any
 
 import pytest
 
+from harness.analysis.causes import Cause
+from harness.analysis.classify import Verdict
 from harness.analysis.detectors import DETECTORS, Match, run
 from harness.analysis.detectors.mpi import is_mpi_progress, mpi_call
 from harness.analysis.detectors.torchdist import timeouts
 from harness.config.causes import NoParams
+from harness.outcome import Kind
 from harness.sampling.model import (
     Frame,
     ProcessSample,
@@ -38,7 +41,7 @@ from harness.sampling.ranks import ProcessRank, rank_from_argv, rank_from_enviro
 from harness.sampling.sample import sample_tree
 from harness.vocab import StackToolName
 from tests import facts
-from tests.harness_cli import ROOT, harness
+from tests.harness_cli import ROOT, verdict_of, watch_cmd, watch_opts
 from tests.samples import sample_set
 
 PROGRAMS = ROOT / "tests" / "programs"
@@ -49,19 +52,18 @@ DIST_DETECTORS = ("collective-mismatch", "missing-rank", "mpi-peers-blocked")
 
 def watch(
     tmp_path: Path, *cmd: str, opts: tuple[str, ...], env: dict[str, str] | None = None
-) -> dict[str, Any]:
-    res = harness("watch", *opts, "--", *cmd, report_root=tmp_path / "reports", env=env)
-    report: dict[str, Any] = res.report
-    return report
+) -> Verdict:
+    """The verdict of `harness watch OPTS -- CMD`, read back typed."""
+    return verdict_of(watch_cmd(tmp_path / "reports", *cmd, opts=opts, env=env).loaded)
 
 
-def causes(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["id"]: c for c in report["verdict"]["causes"]}
+def causes(v: Verdict) -> dict[str, Cause]:
+    return {c.id: c for c in v.causes}
 
 
 # torch's import takes seconds on a loaded 2-core machine: a generous startup window
-TORCH = ("--startup", "60", "--stall", "6", "--quiescent", "3", "--timeout", "150")
-MPI = ("--startup", "6", "--stall", "4", "--quiescent", "2", "--timeout", "60")
+TORCH = watch_opts(startup=60, stall=6, quiescent=3, timeout=150)
+MPI = watch_opts(startup=6, stall=4, quiescent=2, timeout=60)
 
 
 def mpiexec() -> str:
@@ -215,14 +217,14 @@ def ranks_of(samples: SampleSet) -> list[int]:
 @needs_py_spy
 def test_ranks_in_different_collectives(tmp_path: Path) -> None:
     need_torch()
-    report = watch(tmp_path, sys.executable, str(PROGRAMS / "dist_mismatch.py"), opts=TORCH)
-    assert report["verdict"]["kind"] == "hang"
-    found = causes(report)
+    v = watch(tmp_path, sys.executable, str(PROGRAMS / "dist_mismatch.py"), opts=TORCH)
+    assert v.kind is Kind.HANG
+    found = causes(v)
     assert "collective-mismatch" in found and "missing-rank" not in found, found
     cause = found["collective-mismatch"]
-    assert "different collectives: all_reduce vs broadcast" in cause["sentence"]
-    assert "rank 0 (pid" in cause["sentence"] and "rank 1 (pid" in cause["sentence"]
-    table = cause["evidence"]
+    assert "different collectives: all_reduce vs broadcast" in cause.sentence
+    assert "rank 0 (pid" in cause.sentence and "rank 1 (pid" in cause.sentence
+    table = cause.evidence
     assert table[0] == "rank | pid | collective | Python line"
     assert table[1].startswith("0 | ") and table[1].endswith(
         "| all_reduce | rank_main (dist_mismatch.py:55)"
@@ -236,11 +238,11 @@ def test_ranks_in_different_collectives(tmp_path: Path) -> None:
 @needs_py_spy
 def test_a_rank_outside_the_collective(tmp_path: Path) -> None:
     need_torch()
-    report = watch(tmp_path, sys.executable, str(PROGRAMS / "dist_missing.py"), opts=TORCH)
-    assert report["verdict"]["kind"] == "hang"
-    found = causes(report)
+    v = watch(tmp_path, sys.executable, str(PROGRAMS / "dist_missing.py"), opts=TORCH)
+    assert v.kind is Kind.HANG
+    found = causes(v)
     assert "missing-rank" in found and "collective-mismatch" not in found, found
-    sentence = found["missing-rank"]["sentence"]
+    sentence = found["missing-rank"].sentence
     assert (
         "rank 1 (pid" in sentence and "is in no collective: rank_main (dist_missing.py:" in sentence
     )
@@ -253,13 +255,11 @@ def test_gloo_timeout_under_the_harness(tmp_path: Path) -> None:
     error exit whose cause names both ranks' collectives."""
     need_torch()
     env = {"DIST_TIMEOUT_S": "3"}
-    report = watch(
-        tmp_path, sys.executable, str(PROGRAMS / "dist_mismatch.py"), opts=TORCH, env=env
-    )
-    assert report["verdict"]["kind"] == "error-exit", report["verdict"]
-    found = causes(report)
+    v = watch(tmp_path, sys.executable, str(PROGRAMS / "dist_mismatch.py"), opts=TORCH, env=env)
+    assert v.kind is Kind.ERROR_EXIT, v
+    found = causes(v)
     assert "collective-timeout" in found, found
-    sentence = found["collective-timeout"]["sentence"]
+    sentence = found["collective-timeout"].sentence
     # which ranks print gloo's timeout line depends on timing: the first rank to time out
     # exits, and its peer may then fail on the closed connection instead of its own timeout
     both = "ranks in different collectives: all_reduce vs broadcast"
@@ -277,8 +277,8 @@ def test_gloo_timeout_under_the_harness(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_gloo_ranks_with_long_compute_pass(tmp_path: Path) -> None:
     need_torch()
-    report = watch(tmp_path, sys.executable, str(PROGRAMS / "dist_healthy.py"), opts=TORCH)
-    assert report["verdict"]["kind"] == "pass" and report["verdict"]["causes"] == []
+    v = watch(tmp_path, sys.executable, str(PROGRAMS / "dist_healthy.py"), opts=TORCH)
+    assert v.kind is Kind.PASS and v.causes == []
 
 
 @pytest.mark.slow
@@ -365,17 +365,17 @@ def test_a_rank_back_in_its_compute_is_not_missing(
 def test_mpi_send_send_exchange(tmp_path: Path) -> None:
     need_mpi4py()
     cmd = (mpiexec(), "-n", "2", sys.executable, str(PROGRAMS / "dist_mpi_sendsend.py"))
-    report = watch(tmp_path, *cmd, opts=MPI)
-    assert report["verdict"]["kind"] == "hang"
-    found = causes(report)
+    v = watch(tmp_path, *cmd, opts=MPI)
+    assert v.kind is Kind.HANG
+    found = causes(v)
     # one cause for the exchange, none per spinning rank
     assert "mpi-peers-blocked" in found and "spin-on-blocked-workers" not in found, found
     cause = found["mpi-peers-blocked"]
     assert (
         "MPI ranks wait for each other in MPI_Send: every rank is in a blocking send"
-        in (cause["sentence"])
+        in cause.sentence
     )
-    rows = cause["evidence"][1:]
+    rows = cause.evidence[1:]
     assert [r.split(" | ")[0] for r in rows] == ["0", "1"], rows
     assert all(" | MPI_Send | <module> (dist_mpi_sendsend.py:24) | " in r for r in rows), rows
 
@@ -384,8 +384,8 @@ def test_mpi_send_send_exchange(tmp_path: Path) -> None:
 def test_mpi_sendrecv_exchange_passes(tmp_path: Path) -> None:
     need_mpi4py()
     cmd = (mpiexec(), "-n", "2", sys.executable, str(PROGRAMS / "dist_mpi_sendrecv.py"))
-    report = watch(tmp_path, *cmd, opts=MPI)
-    assert report["verdict"]["kind"] == "pass" and report["verdict"]["causes"] == []
+    v = watch(tmp_path, *cmd, opts=MPI)
+    assert v.kind is Kind.PASS and v.causes == []
 
 
 @pytest.mark.slow

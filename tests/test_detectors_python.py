@@ -9,51 +9,49 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from harness.analysis.causes import Cause
 from harness.analysis.detectors import DETECTORS, run
 from harness.config.causes import NoParams
+from harness.outcome import Kind
 from harness.report.load import report_from_json
-from tests.harness_cli import ROOT, harness
+from harness.report.model import Report
+from harness.sampling.model import ProcessSample
+from harness.vocab import EventKind
+from tests.harness_cli import ROOT, samples_of, verdict_of, watch_cmd, watch_opts
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.spread]
 PROGRAMS = ROOT / "tests" / "programs"
 SAMPLES = ROOT / "tests" / "data" / "samples"
-FAST = ["--startup", "3", "--stall", "2", "--quiescent", "1", "--timeout", "30"]
+FAST = watch_opts(startup=3, stall=2, quiescent=1, timeout=30)
 NEW_CAUSES = {"pipe-never-read", "queue-not-drained", "pool-lost-worker", "fork-with-threads"}
 
 
-def watch(tmp_path: Path, program: str, *args: str) -> dict[str, Any]:
+def watch(tmp_path: Path, program: str, *args: str) -> Report:
     cmd = [sys.executable, str(PROGRAMS / f"{program}.py"), *args]
-    res = harness("watch", *FAST, "--", *cmd, report_root=tmp_path / "reports")
-    return res.report
+    return watch_cmd(tmp_path / "reports", *cmd, opts=FAST).loaded
 
 
-def cause(report: dict[str, Any], expected: str) -> dict[str, Any]:
+def cause(report: Report, expected: str) -> Cause:
     """The one cause of a hang, which must be `expected`."""
-    v = report["verdict"]
-    assert v["kind"] == "hang", v
-    found = [c for c in v["causes"] if c["id"] in NEW_CAUSES | {"dead-worker"}]
-    assert [c["id"] for c in found] == [expected], v["causes"]
-    found_cause: dict[str, Any] = found[0]
-    return found_cause
+    v = verdict_of(report)
+    assert v.kind is Kind.HANG, v
+    found = [c for c in v.causes if c.id in NEW_CAUSES | {"dead-worker"}]
+    assert [c.id for c in found] == [expected], v.causes
+    return found[0]
 
 
-def pids(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def pids(report: Report) -> dict[int, ProcessSample]:
     """Every process the watch loop saw, by pid (the last sighting)."""
-    seen: dict[int, dict[str, Any]] = {}
-    for snap in report["samples"]["snapshots"]:
-        for p in snap["processes"]:
-            seen[p["pid"]] = p
-    return seen
+    return {p.pid: p for snap in samples_of(report).snapshots for p in snap.processes}
 
 
-def root_pid(report: dict[str, Any]) -> int:
-    starts = [e for e in report["samples"]["events"] if e["event"] == "start"]
+def root_pid(report: Report) -> int:
+    starts = [e for e in samples_of(report).events if e.event is EventKind.START]
     assert starts
-    return int(starts[0]["pid"])
+    return starts[0].pid
 
 
 @pytest.mark.slow
@@ -61,13 +59,13 @@ def test_pipe_never_read(tmp_path: Path) -> None:
     report = watch(tmp_path, "py_pipe_never_read")
     c = cause(report, "pipe-never-read")
     parent = root_pid(report)
-    [child] = [p for p in pids(report).values() if p["ppid"] == parent]
-    sentence = c["sentence"]
-    assert f"pid {child['pid']} (" in sentence and f"only pid {parent} reads" in sentence
+    [child] = [p for p in pids(report).values() if p.ppid == parent]
+    sentence = c.sentence
+    assert f"pid {child.pid} (" in sentence and f"only pid {parent} reads" in sentence
     assert "-c import sys for i in range(20000)" in sentence  # the child's command, one line
     assert "Popen.wait (py_pipe_never_read.py:22)" in sentence  # the parent's line
     assert "fd 1 (stdout)" in sentence or "pipe:[" in sentence
-    assert any("communicate()" in r for r in c["remedies"])
+    assert any("communicate()" in r for r in c.remedies)
 
 
 @pytest.mark.slow
@@ -75,15 +73,15 @@ def test_queue_not_drained(tmp_path: Path) -> None:
     report = watch(tmp_path, "py_queue_not_drained")
     c = cause(report, "queue-not-drained")
     parent = root_pid(report)
-    [child] = [p for p in pids(report).values() if p["ppid"] == parent]
-    sentence = c["sentence"]
-    assert f"pid {parent} joins pid {child['pid']}" in sentence
+    [child] = [p for p in pids(report).values() if p.ppid == parent]
+    sentence = c.sentence
+    assert f"pid {parent} joins pid {child.pid}" in sentence
     assert "BaseProcess.join (py_queue_not_drained.py:26)" in sentence
     assert "QueueFeederThread" in sentence and "Queue._finalize_join" in sentence
     assert "Joining processes that use queues" in sentence
     feeder = int(re.search(r"QueueFeederThread \(tid (\d+)\)", sentence).group(1))  # type: ignore[union-attr]
-    assert feeder in {t["tid"] for t in child["threads"]} and feeder != child["pid"]
-    assert any("cancel_join_thread" in r for r in c["remedies"])
+    assert feeder in {t.tid for t in child.threads} and feeder != child.pid
+    assert any("cancel_join_thread" in r for r in c.remedies)
 
 
 @pytest.mark.slow
@@ -93,10 +91,10 @@ def test_pool_lost_a_killed_worker(tmp_path: Path) -> None:
     report = watch(tmp_path, "py_pool_lost_worker")
     c = cause(report, "pool-lost-worker")
     parent = root_pid(report)
-    exits = [e for e in report["samples"]["events"] if e["event"] == "exit"]
-    assert len(exits) == 1 and exits[0]["ppid"] == parent
-    sentence = c["sentence"]
-    assert f"multiprocessing.Pool of pid {parent} lost a worker (pid {exits[0]['pid']} " in sentence
+    exits = [e for e in samples_of(report).events if e.event is EventKind.EXIT]
+    assert len(exits) == 1 and exits[0].ppid == parent
+    sentence = c.sentence
+    assert f"multiprocessing.Pool of pid {parent} lost a worker (pid {exits[0].pid} " in sentence
     assert "Pool.map (py_pool_lost_worker.py:26)" in sentence
     assert "wait idle for tasks" in sentence
 
@@ -107,7 +105,7 @@ def test_executor_lost_its_only_worker(tmp_path: Path) -> None:
     replaced (python/cpython#115634); no worker is left while Future.result waits."""
     report = watch(tmp_path, "py_executor_lost_worker")
     c = cause(report, "pool-lost-worker")
-    sentence = c["sentence"]
+    sentence = c.sentence
     assert f"ProcessPoolExecutor of pid {root_pid(report)} lost a worker" in sentence
     assert "Future.result (py_executor_lost_worker.py:21)" in sentence
     assert "no worker is left" in sentence
@@ -118,13 +116,13 @@ def test_fork_with_a_thread_pool(tmp_path: Path) -> None:
     report = watch(tmp_path, "py_fork_thread_pool")
     c = cause(report, "fork-with-threads")
     parent = root_pid(report)
-    [child] = [p for p in pids(report).values() if p["ppid"] == parent]
-    sentence = c["sentence"]
-    assert f"pid {child['pid']} was forked without exec by pid {parent}" in sentence
+    [child] = [p for p in pids(report).values() if p.ppid == parent]
+    sentence = c.sentence
+    assert f"pid {child.pid} was forked without exec by pid {parent}" in sentence
     assert "which had 3 thread(s) at the fork; the child has 1" in sentence
     assert "Future.result (py_fork_thread_pool.py:31)" in sentence
     assert "worker threads stayed in the parent" in sentence
-    assert any("ThreadPoolExecutor-0_" in e for e in c["evidence"])
+    assert any("ThreadPoolExecutor-0_" in e for e in c.evidence)
 
 
 @pytest.mark.slow
@@ -132,11 +130,11 @@ def test_fork_with_a_held_lock(tmp_path: Path) -> None:
     report = watch(tmp_path, "py_fork_held_lock")
     c = cause(report, "fork-with-threads")
     parent = root_pid(report)
-    sentence = c["sentence"]
+    sentence = c.sentence
     assert f"by pid {parent}, which had 2 thread(s) at the fork; the child has 1" in sentence
     assert "main (py_fork_held_lock.py:" in sentence
     assert "only a parent thread could release" in sentence
-    assert any("holder" in e for e in c["evidence"])
+    assert any("holder" in e for e in c.evidence)
 
 
 @pytest.mark.parametrize(
@@ -152,9 +150,9 @@ def test_fork_with_a_held_lock(tmp_path: Path) -> None:
 def test_healthy_look_alikes_pass_without_a_cause(tmp_path: Path, program: str, arg: str) -> None:
     """The same programs done right (communicate, drain before join, no lost worker, a pool
     made in the child) finish: no hang, no cause."""
-    report = watch(tmp_path, program, arg)
-    assert report["verdict"]["kind"] == "pass", report["verdict"]
-    assert report["verdict"]["causes"] == []
+    v = verdict_of(watch(tmp_path, program, arg))
+    assert v.kind is Kind.PASS, v
+    assert v.causes == []
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ the tests run as root (root ignores permission bits), a chmod 0o555 folder elsew
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import subprocess
@@ -21,11 +20,20 @@ from pathlib import Path
 import pytest
 
 from harness.outcome import INTERNAL_ERROR, USAGE, Kind, exit_code
+from harness.report.load import load_report
+from harness.vocab import Mechanism, RunStatus, Stage
 from tests import facts
-from tests.harness_cli import ROOT, communicate_and_kill, only_report_dir, wait_for_trainer
+from tests.harness_cli import (
+    ROOT,
+    communicate_and_kill,
+    only_report_dir,
+    verdict_of,
+    wait_for_trainer,
+    watch_opts,
+)
 
 pytestmark = pytest.mark.timeout(120)
-FAST = ["--startup", "3", "--stall", "2", "--timeout", "40", "--quiet"]
+FAST = watch_opts(startup=3, stall=2, timeout=40, quiet=True)
 HANG = exit_code(Kind.HANG)
 # a full report.json of the mutex deadlock (every thread's stacks) takes some 25 KB, report.html
 # some 20 KB, samples.json 17 KB; report.json without its samples some 5 KB
@@ -88,19 +96,20 @@ def test_a_full_disk_costs_the_big_files_not_the_verdict(
     assert "Traceback" not in res.stderr and "internal error" not in res.stderr
     assert "hang (deadlock)" in res.stdout  # the summary, with the one-line verdict
     assert res.folder is not None
-    report = json.loads((res.folder / "report.json").read_text())
-    assert report["status"] == "complete"
-    assert (report["verdict"]["kind"], report["verdict"]["mechanism"]) == ("hang", "deadlock")
-    unwritten = report["unwritten"]
+    report = load_report(res.folder)
+    assert report.status is RunStatus.COMPLETE
+    v = verdict_of(report)
+    assert (v.kind, v.mechanism) == (Kind.HANG, Mechanism.DEADLOCK)
+    unwritten = report.unwritten
     # too big for the disk: the HTML page, the samples, the full report.json
     assert {"report.html", "samples.json", "report.json"} <= set(unwritten), unwritten
     assert all("EFBIG" in why for why in unwritten.values()), unwritten
-    assert report["samples"] is None  # the brief report.json: its samples did not fit
+    assert report.samples is None  # the brief report.json: its samples did not fit
     for name in unwritten:
         if name != "report.json":
             assert not (res.folder / name).exists(), name
-            assert f"{name} not written: File too large (EFBIG)" in report["notes"]
-    assert any("report.json written without its samples" in n for n in report["notes"])
+            assert f"{name} not written: File too large (EFBIG)" in report.notes
+    assert any("report.json written without its samples" in n for n in report.notes)
     # what fitted is there, whole: the stacks in text, the markdown report
     assert "transfer_" in (res.folder / "stacks.txt").read_text()
     assert (res.folder / "report.md").is_file()
@@ -121,7 +130,8 @@ def test_a_disk_full_of_everything_still_gives_the_verdict(
     (RLIMIT_FSIZE lowered to 0 on the running harness). The verdict and its exit code
     still reach the terminal."""
     root = tmp_path / "reports"
-    proc = start(watch(root, c_program("mutex_deadlock"), [*FAST[:2], "--stall", "3", *FAST[4:]]))
+    opts = watch_opts(startup=3, stall=3, timeout=40, quiet=True)
+    proc = start(watch(root, c_program("mutex_deadlock"), opts))
     wait_for_trainer(proc, root, timeout=60)
     resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (0, 0))
     res = finish(proc, root)
@@ -134,8 +144,8 @@ def test_a_disk_full_of_everything_still_gives_the_verdict(
     assert "the verdict above is all there is" in line[0]
     assert res.folder is not None
     # report.json is the one written before the limit: the run, still going then
-    report = json.loads((res.folder / "report.json").read_text())
-    assert (report["status"], report["stage"]) == ("running", "run")
+    report = load_report(res.folder)
+    assert (report.status, report.stage) == (RunStatus.RUNNING, Stage.RUN)
     for name in ("report.html", "samples.json", "report.md", "junit.xml", "stacks.txt"):
         assert not (res.folder / name).exists(), name
 

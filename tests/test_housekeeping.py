@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.outcome import Kind
 from harness.sampling.model import (
     Frame,
     ProcessSample,
@@ -26,19 +27,28 @@ from harness.sampling.model import (
     ThreadSample,
     ThreadStack,
 )
-from harness.vocab import StackToolName, WaitKind
+from harness.vocab import Mechanism, StackToolName, Trigger, WaitKind
 from harness.watch import housekeeping as hk
 from harness.watch.quiescence import HOUSEKEEPING, X86_64, tree_waits
 from harness.watch.treefacts import FactReader
 from harness.watch.watchloop import WatchLoop
-from tests.harness_cli import HarnessResult, harness, tree_is_gone
+from tests.harness_cli import (
+    HarnessResult,
+    exit_pid,
+    run_s,
+    samples_of,
+    tree_is_gone,
+    verdict_of,
+    watch_cmd,
+    watch_opts,
+)
 from tests.samples import sample_set
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
 
 needs_py_spy = pytest.mark.needs_tool("py-spy", why="only a Python stack shows whose code polls")
 
-WINDOWS = ["--startup", "60", "--stall", "60", "--timeout", "90", "--quiescent", "2"]
+WINDOWS = watch_opts(startup=60, stall=60, quiescent=2, timeout=90)
 
 # two heartbeat threads: Condition.wait(timeout) in a loop (a timed futex wait) and
 # time.sleep in a loop (clock_nanosleep). They tick half a period apart: each wakes to take
@@ -192,12 +202,11 @@ if __name__ == "__main__":
 
 
 def watch(
-    tmp_path: Path, code: str, *args: str, windows: tuple[str, ...] = tuple(WINDOWS)
+    tmp_path: Path, code: str, *args: str, windows: tuple[str, ...] = WINDOWS
 ) -> HarnessResult:
     script = tmp_path / "prog.py"
     script.write_text(code)
-    argv = [sys.executable, str(script), *args]
-    return harness("watch", *windows, "--", *argv, report_root=tmp_path / "r")
+    return watch_cmd(tmp_path / "r", sys.executable, str(script), *args, opts=windows)
 
 
 # the same deadlock beside heartbeats that a library runs (a package's helper threads, as
@@ -222,27 +231,28 @@ def test_real_hangs_get_the_early_verdict(tmp_path: Path, code: str, housekeepin
     (tmp_path / "site-packages").mkdir()
     (tmp_path / "site-packages" / "beat.py").write_text(BEATS)
     res = watch(tmp_path, code)
-    report = res.report
-    v = report["verdict"]
+    report = res.loaded
+    v, samples = verdict_of(report), samples_of(report)
     assert res.code == 2, res.stderr
     # a tree with housekeeping threads is never a closed set (a timed thread of the process
     # could wake its futex waiters): whole-tree quiescence calls it; without housekeeping
     # (popen-chatty: a parent in wait4, a child writing a full pipe) the closed set does
-    early = "quiescent" if housekeeping else "closed"
-    assert (report["trigger"], v["kind"], v["mechanism"]) == (early, "hang", "deadlock")
+    early = Trigger.QUIESCENT if housekeeping else Trigger.CLOSED
+    assert (report.trigger, v.kind, v.mechanism) == (early, Kind.HANG, Mechanism.DEADLOCK)
     # housekeeping is proven over 5 s, then the 2 s window (again, when the tracer's attach
     # interrupted a sleeper and the first confirmation failed): far below the 60 s windows
-    assert report["timings"]["run_s"] < 30, report["timings"]
-    assert tree_is_gone(report["exit"]["pid"])
-    waits = report["samples"]["waits"]
-    assert waits and all(w["kind"] in ("tree", "done", "housekeeping") for w in waits), waits
-    hk = [w for w in waits if w["kind"] == "housekeeping"]
+    assert run_s(report) < 30, report.timings
+    assert tree_is_gone(exit_pid(report))
+    waits = samples.waits
+    done = (WaitKind.TREE, WaitKind.DONE, HOUSEKEEPING)
+    assert waits and all(w.kind in done for w in waits), waits
+    hk = [w for w in waits if w.kind is HOUSEKEEPING]
     assert len(hk) == housekeeping, waits
     for w in hk:  # the evidence names the syscall, the period seen, the CPU and the stack
-        assert "every ~0.1" in w["what"] and "s of CPU" in w["what"], w
-        assert "only runtime and library code" in w["what"] and "beat.py" in w["what"], w
-        assert w["idle"], w
-        assert any(f"tid {w['tid']} not counted" in n for n in report["samples"]["notes"])
+        assert "every ~0.1" in w.what and "s of CPU" in w.what, w
+        assert "only runtime and library code" in w.what and "beat.py" in w.what, w
+        assert w.idle, w
+        assert any(f"tid {w.tid} not counted" in n for n in samples.notes)
 
 
 @pytest.mark.slow
@@ -253,17 +263,18 @@ def test_a_heartbeat_of_the_programs_own_is_not_housekeeping(tmp_path: Path) -> 
     # window, as before the clause (finding 2.1: such a loop may be polling for anything)
     # windows of 25 s: the 5 s of housekeeping, the 2 s window and the dump's withdrawal
     # must come first, with room for a loaded 2-core host (15 s failed once under load)
-    windows = ("--startup", "25", "--stall", "25", "--timeout", "60", "--quiescent", "2")
+    windows = watch_opts(startup=25, stall=25, quiescent=2, timeout=60)
     res = watch(tmp_path, HEARTBEAT_DEADLOCK, windows=windows)
-    report = res.report
+    report = res.loaded
     assert res.code == 2, res.stderr
-    assert report["trigger"] in ("startup", "stall") and report["verdict"]["kind"] == "hang"
-    assert report["timings"]["run_s"] >= 25, report["timings"]
-    notes = report["samples"]["notes"]
+    assert report.trigger in (Trigger.STARTUP, Trigger.STALL)
+    assert verdict_of(report).kind is Kind.HANG
+    assert run_s(report) >= 25, report.timings
+    notes = samples_of(report).notes
     if shutil.which("py-spy") or os.environ.get("CI"):  # with no stacks: withdrawn as unseen
         assert any("program's own code (heartbeat" in n or "(ticker" in n for n in notes), notes
     assert any("not confirmed after the stack dump" in n for n in notes), notes
-    assert not any(w["kind"] == "housekeeping" for w in report["samples"]["waits"])
+    assert not any(w.kind is HOUSEKEEPING for w in samples_of(report).waits)
 
 
 # a thread in poll(-1) on a pipe only the tree writes, while the main thread joins it: the
@@ -331,25 +342,26 @@ def test_an_interrupted_poll_resumed_by_restart_syscall_is_still_on_the_tree() -
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_pool_that_lost_a_worker_gets_the_early_verdict(tmp_path: Path) -> None:
-    res = watch(tmp_path, POOL_LOST_WORKER)
-    report = res.report
-    assert (report["trigger"], report["verdict"]["mechanism"]) == ("quiescent", "deadlock")
-    assert report["timings"]["run_s"] < 20, report["timings"]  # not the 60 s stall window
-    notes = report["samples"]["notes"]
+    report = watch(tmp_path, POOL_LOST_WORKER).loaded
+    samples = samples_of(report)
+    got = (report.trigger, verdict_of(report).mechanism)
+    assert got == (Trigger.QUIESCENT, Mechanism.DEADLOCK)
+    assert run_s(report) < 20, report.timings  # not the 60 s stall window
+    notes = samples.notes
     assert not any("not confirmed" in n for n in notes), notes  # the dump's restart forgiven
-    polls = [w for w in report["samples"]["waits"] if w["what"].startswith("poll (no timeout)")]
-    assert polls and all(w["kind"] == "tree" for w in polls), report["samples"]["waits"]
+    polls = [w for w in samples.waits if w.what.startswith("poll (no timeout)")]
+    assert polls and all(w.kind is WaitKind.TREE for w in polls), samples.waits
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_popen_wait_names_the_pipe_and_its_reader(tmp_path: Path) -> None:
-    waits = watch(tmp_path, POPEN_CHATTY).report["samples"]["waits"]
-    parent = next(w for w in waits if w["on"].startswith("child:"))
-    child = next(w for w in waits if w["pid"] != parent["pid"])
-    assert parent["peers"] == [child["pid"]] and parent["on"] == f"child:{child['pid']}"
-    assert child["on"].startswith("pipe:[") and child["peers"] == [parent["pid"]]
-    assert "write to a full pipe" in child["what"]
+    waits = samples_of(watch(tmp_path, POPEN_CHATTY).loaded).waits
+    parent = next(w for w in waits if w.on.startswith("child:"))
+    child = next(w for w in waits if w.pid != parent.pid)
+    assert parent.peers == [child.pid] and parent.on == f"child:{child.pid}"
+    assert child.on.startswith("pipe:[") and child.peers == [parent.pid]
+    assert "write to a full pipe" in child.what
 
 
 @pytest.mark.slow
@@ -385,11 +397,10 @@ def test_healthy_look_alikes_are_never_quiescent(tmp_path: Path, code: str) -> N
         res = watch(tmp_path, code, str(ready))
     finally:
         writer.cancel()
-    report = res.report
-    assert (res.code, report["trigger"], report["verdict"]["kind"]) == (0, "exit", "pass"), report[
-        "verdict"
-    ]
-    assert report["timings"]["run_s"] > 5 + 2  # long enough for a false verdict to show
+    report = res.loaded
+    v = verdict_of(report)
+    assert (res.code, report.trigger, v.kind) == (0, Trigger.EXIT, Kind.PASS), v
+    assert run_s(report) > 5 + 2  # long enough for a false verdict to show
 
 
 # ---------------------------------------------------------------- the stack check

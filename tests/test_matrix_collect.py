@@ -34,11 +34,11 @@ from harness.report.repeat import combine
 from harness.report.runs import row_from_report
 from harness.vocab import AxisKind, RunMode
 from tests.facts import require_tool
-from tests.harness_cli import ROOT, harness
+from tests.harness_cli import ROOT, harness, watch_cmd, watch_opts
 
 pytestmark = pytest.mark.timeout(300)
 # a deadlocked C program is quiescent at once: a verdict about a second after its start
-FAST = ("--startup", "5", "--stall", "5", "--quiescent", "1", "--timeout", "30", "--quiet")
+FAST = watch_opts(startup=5, stall=5, quiescent=1, timeout=30, quiet=True)
 # what must be the same between a collected and a local aggregate (not where the runs are)
 SAME_KEYS = ("runs", "ran", "counts", "hang_rate", "hang_rate_ci95", "failure_rate", "summary")
 
@@ -67,10 +67,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory, c_program: Callable[[str], Pa
     separate = []
     for n in range(3):  # three separate processes, no plan between them
         root = base / f"job{n}"
-        res = harness("watch", *FAST, "--", str(exe), report_root=root)
+        res = watch_cmd(root, str(exe), opts=FAST)
         assert res.code == 2, res.stderr
         separate.append(root)
-    res = harness("watch", "--repeat", "3", *FAST, "--", str(exe), report_root=base / "local")
+    res = watch_cmd(base / "local", str(exe), opts=("--repeat", "3", *FAST))
     assert res.code == 2, res.stderr
     local = json.loads(only(list((base / "local").glob("*/repeat.json"))).read_text())
     # two cells: the same command, whose environment decides whether it deadlocks
@@ -78,8 +78,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory, c_program: Callable[[str], Pa
     cells = {}
     for x in ("1", "2"):
         root = base / "cells" / x
-        res = harness("watch", "--repeat", "2", "--env", f"X={x}", *FAST, "--", "sh", "-c",
-                      script, report_root=root)  # fmt: skip
+        opts = ("--repeat", "2", "--env", f"X={x}", *FAST)
+        res = watch_cmd(root, "sh", "-c", script, opts=opts)
         assert res.code == (2 if x == "1" else 0), res.stderr
         cells[x] = only([p.parent for p in root.glob("*/repeat.json")])
     return Runs(separate, local, cells, exe)

@@ -16,31 +16,27 @@ from typing import Any
 
 import pytest
 
+from harness.analysis.causes import Cause
+from harness.analysis.classify import Verdict
 from harness.analysis.detectors import DETECTORS, Match, run
 from harness.config.causes import NoParams
+from harness.outcome import Kind
 from harness.sampling.model import Frame, SampleSet, ThreadActivity, ThreadStack
 from harness.sampling.sample import sample_tree
-from harness.vocab import StackToolName
-from tests.harness_cli import ROOT, harness
+from harness.vocab import Mechanism, StackToolName
+from tests.harness_cli import ROOT, verdict_of, watch_cmd, watch_opts
 from tests.samples import sample_set
 
 PROGRAMS = ROOT / "tests" / "programs"
-FAST = ["--startup", "4", "--stall", "4", "--quiescent", "2", "--timeout", "60"]
+FAST = watch_opts(startup=4, stall=4, quiescent=2, timeout=60)
 needs_py_spy = pytest.mark.needs_tool("py-spy", why="Python stacks name the lock sites")
 pytestmark = pytest.mark.timeout(120)
 
 
-def causes(tmp_path: Path, program: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    res = harness(
-        "watch",
-        *FAST,
-        "--",
-        sys.executable,
-        str(PROGRAMS / program),
-        report_root=tmp_path / "reports",
-    )
-    verdict = res.report["verdict"]
-    return verdict, {c["id"]: c for c in verdict["causes"]}
+def causes(tmp_path: Path, program: str) -> tuple[Verdict, dict[str, Cause]]:
+    res = watch_cmd(tmp_path / "reports", sys.executable, str(PROGRAMS / program), opts=FAST)
+    verdict = verdict_of(res.loaded)
+    return verdict, {c.id: c for c in verdict.causes}
 
 
 def locks_now(spawn: Callable[..., Any], program: str, ready: str) -> list[Match]:
@@ -96,9 +92,9 @@ def test_a_holder_whose_stack_does_not_show_the_lock_is_unknown(
 def test_logging_dictconfig_against_emit(tmp_path: Path) -> None:
     """CPython #96727 under the harness: the module lock against a handler's lock."""
     verdict, found = causes(tmp_path, "pylock_logging.py")
-    assert (verdict["kind"], verdict["mechanism"]) == ("hang", "deadlock")
+    assert (verdict.kind, verdict.mechanism) == (Kind.HANG, Mechanism.DEADLOCK)
     assert "python-locks" in found, found
-    sentence = found["python-locks"]["sentence"]
+    sentence = found["python-locks"].sentence
     assert re.search(
         r"emitter \(tid \d+\) waits for logging\._lock \(a _thread\.RLock\) at _acquireLock "
         r"\(__init__\.py:\d+\): `_lock\.acquire\(\)`, held by configurer \(tid \d+\) since "
@@ -113,7 +109,7 @@ def test_logging_dictconfig_against_emit(tmp_path: Path) -> None:
     ), sentence
     assert "a lock-order cycle: " in sentence
     # the program's own lines, for the remedy
-    remedies = " ".join(found["python-locks"]["remedies"])
+    remedies = " ".join(found["python-locks"].remedies)
     assert "LookupHandler.emit (pylock_logging.py:27)" in remedies
     assert "reconfigure (pylock_logging.py:46)" in remedies
 
@@ -122,15 +118,15 @@ def test_logging_dictconfig_against_emit(tmp_path: Path) -> None:
 @needs_py_spy
 def test_two_lock_deadlock_under_the_harness(tmp_path: Path) -> None:
     verdict, found = causes(tmp_path, "pylock_two.py")
-    assert verdict["kind"] == "hang"
+    assert verdict.kind is Kind.HANG
     assert set(found) == {"python-locks"}, found
-    assert found["python-locks"]["sentence"].count("held by") == 2
+    assert found["python-locks"].sentence.count("held by") == 2
 
 
 @pytest.mark.slow
 def test_the_same_order_finishes_with_no_cause(tmp_path: Path) -> None:
     verdict, found = causes(tmp_path, "pylock_ordered.py")
-    assert verdict["kind"] == "pass" and found == {}, verdict
+    assert verdict.kind is Kind.PASS and found == {}, verdict
 
 
 # ---------------------------------------------------------------- waits somebody can end

@@ -18,12 +18,23 @@ import pytest
 
 from harness.analysis.classify import classify
 from harness.config.signatures import load_signatures
+from harness.outcome import Kind
 from harness.sampling.model import ProcessSample, Snapshot, ThreadSample, ThreadWait
-from harness.vocab import WaitKind
+from harness.vocab import EventKind, Mechanism, WaitKind, WakeEnd
 from harness.watch import quiescence as q
 from harness.watch.watchdog import Limits, Trigger, Watchdog
 from harness.watch.watchloop import TIMELINE_POINTS, WatchLoop, describe_status
-from tests.harness_cli import HarnessResult, harness, tree_is_gone
+from tests.harness_cli import (
+    HarnessResult,
+    exit_pid,
+    harness,
+    run_s,
+    samples_of,
+    tree_is_gone,
+    verdict_of,
+    watch_cmd,
+    watch_opts,
+)
 from tests.samples import sample_set
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
@@ -42,7 +53,7 @@ FUTEX, NANOSLEEP, CLOCK_NANOSLEEP, WAIT4, WAITID, READ, POLL, EPOLL_WAIT = (
 FUTEX_WAIT_PRIVATE = 128
 FUTEX_WAIT_BITSET_REALTIME_PRIVATE = 9 | 128 | 256
 FUTEX_WAKE_PRIVATE = 1 | 128
-WINDOWS = ["--startup", "60", "--stall", "60", "--timeout", "90"]
+WINDOWS = watch_opts(startup=60, stall=60, timeout=90)
 
 # ---------------------------------------------------------------- hand-made snapshots
 
@@ -355,9 +366,9 @@ def test_watch_loop_on_a_deadlocked_tree(c_program: Callable[[str], Path]) -> No
 # ---------------------------------------------------------------- real programs
 
 
-def watch(tmp_path: Path, *cmd: str, quiescent: str = "2") -> HarnessResult:
-    opts = [*WINDOWS, "--quiescent", quiescent]
-    return harness("watch", *opts, "--", *cmd, report_root=tmp_path / "reports")
+def watch(tmp_path: Path, *cmd: str) -> HarnessResult:
+    """`harness watch` with the 60 s windows and a quiescence window of 2 s."""
+    return watch_cmd(tmp_path / "reports", *cmd, opts=(*WINDOWS, "--quiescent", "2"))
 
 
 @pytest.mark.slow
@@ -367,24 +378,25 @@ def test_deadlocks_get_an_early_verdict(
     tmp_path: Path, c_program: Callable[[str], Path], program: str
 ) -> None:
     res = watch(tmp_path, str(c_program(program)))
-    report = res.report
-    v = report["verdict"]
+    report = res.loaded
+    v, samples = verdict_of(report), samples_of(report)
     assert res.code == 2, res.stderr
     # every thread waits for another of the set, proven by the wake graph: the closed-set
     # verdict (1 s of confirmation) comes before the quiescence window (2 s here)
-    assert (report["trigger"], v["kind"], v["mechanism"]) == ("closed", "hang", "deadlock")
-    assert "nothing outside the set could wake it" in v["evidence"][0]
-    assert report["samples"]["wake"]["end"] in ("cycle", "nobody"), report["samples"]["wake"]
-    assert report["timings"]["run_s"] < 1 + 10  # the confirmation and a margin
+    got = (report.trigger, v.kind, v.mechanism)
+    assert got == (Trigger.CLOSED, Kind.HANG, Mechanism.DEADLOCK)
+    assert "nothing outside the set could wake it" in v.evidence[0]
+    assert samples.wake is not None
+    assert samples.wake.end in (WakeEnd.CYCLE, WakeEnd.NOBODY), samples.wake
+    assert run_s(report) < 1 + 10  # the confirmation and a margin
     assert res.elapsed < 60  # well before the startup window
-    assert tree_is_gone(report["exit"]["pid"])
-    samples = report["samples"]
-    assert samples["timeline"] and samples["timeline"][-1]["quiet"]
-    assert samples["events"][0]["event"] == "start"
-    assert samples["waits"], samples  # every thread's wait, named
-    assert all(w["kind"] in ("tree", "done") for w in samples["waits"])
+    assert tree_is_gone(exit_pid(report))
+    assert samples.timeline and samples.timeline[-1].quiet
+    assert samples.events[0].event is EventKind.START
+    assert samples.waits, samples  # every thread's wait, named
+    assert all(w.kind in (WaitKind.TREE, WaitKind.DONE) for w in samples.waits)
     if program != "mutex_deadlock":
-        assert len({e["pid"] for e in samples["events"]}) == 2  # parent and child
+        assert len({e.pid for e in samples.events}) == 2  # parent and child
 
 
 @pytest.mark.slow
@@ -396,20 +408,22 @@ def test_programs_that_only_wait_for_a_while_pass(
     tmp_path: Path, c_program: Callable[[str], Path], program: str, seconds: int
 ) -> None:
     res = watch(tmp_path, str(c_program(program)), str(seconds))
-    report = res.report
-    verdict = report["verdict"]
-    assert (res.code, report["trigger"], verdict["kind"]) == (0, "exit", "pass"), verdict
-    assert report["timings"]["run_s"] >= seconds
+    report = res.loaded
+    verdict = verdict_of(report)
+    assert (res.code, report.trigger, verdict.kind) == (0, Trigger.EXIT, Kind.PASS), verdict
+    assert run_s(report) >= seconds
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_quiescent_zero_turns_it_off(tmp_path: Path, c_program: Callable[[str], Path]) -> None:
-    opts = ["--startup", "4", "--stall", "4", "--quiescent", "0"]
-    res = harness("watch", *opts, "--", str(c_program("fork_deadlock")), report_root=tmp_path / "r")
-    assert (res.code, res.report["trigger"]) == (2, "stall")  # it printed one line
-    assert res.report["limits"]["quiescent_s"] == 0
-    assert res.report["samples"]["watch"]["quiescence"] == "off (--quiescent 0)"
+    opts = watch_opts(startup=4, stall=4, quiescent=0)
+    res = watch_cmd(tmp_path / "r", str(c_program("fork_deadlock")), opts=opts)
+    report = res.loaded
+    assert (res.code, report.trigger) == (2, Trigger.STALL)  # it printed one line
+    assert report.limits is not None and report.limits.quiescent_s == 0
+    watched = samples_of(report).watch
+    assert watched is not None and watched.quiescence == "off (--quiescent 0)"
 
 
 def test_negative_quiescent_is_a_usage_error(tmp_path: Path) -> None:
@@ -424,21 +438,18 @@ def test_stock_replica_early_verdict_in_env_start(
 ) -> None:
     harness("build", "breakout", report_root=tmp_path, env=cache_env)
     res = harness("run", "breakout", *WINDOWS, report_root=tmp_path / "r", env=cache_env)
-    report = res.report
-    v = report["verdict"]
+    report = res.loaded
+    v = verdict_of(report)
     assert res.code == 2, res.stdout + res.stderr
     # the parent waits for the child, whose threads wait on private futexes of their own
     # process: a closed set of the wake graph, after its 1 s confirmation (before: the 5 s
     # quiescence window, 5.4-6.1 s)
-    assert (report["trigger"], v["mechanism"], v["location"]) == (
-        "closed",
-        "deadlock",
-        "env_start",
-    )
-    assert report["timings"]["run_s"] < 1 + 10  # the confirmation and a margin, not 60
-    waits = report["samples"]["waits"]
-    assert any(w["what"].startswith("wait4 for child") for w in waits), waits
-    assert tree_is_gone(report["exit"]["pid"])
+    got = (report.trigger, v.mechanism, v.location)
+    assert got == (Trigger.CLOSED, Mechanism.DEADLOCK, "env_start")
+    assert run_s(report) < 1 + 10  # the confirmation and a margin, not 60
+    waits = samples_of(report).waits
+    assert any(w.what.startswith("wait4 for child") for w in waits), waits
+    assert tree_is_gone(exit_pid(report))
 
 
 # ---------------------------------------------------------------- writes, polls, structure

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness.analysis import classify, waitchain
+from harness.analysis.classify import Verdict
 from harness.config.signatures import load_signatures
+from harness.outcome import Kind
 from harness.sampling.model import (
     Frame,
     ProcessSample,
@@ -22,8 +24,8 @@ from harness.sampling.model import (
     ThreadStack,
     ThreadWait,
 )
-from harness.vocab import StackToolName, WaitKind
-from tests.harness_cli import HarnessResult, harness
+from harness.vocab import Mechanism, StackToolName, WaitKind
+from tests.harness_cli import verdict_of, watch_cmd, watch_opts
 from tests.samples import sample_set
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
@@ -291,25 +293,25 @@ def test_a_function_of_the_program_says_more_than_a_scripts_top_level() -> None:
 # ---------------------------------------------------------------- real programs
 
 
-def watch(tmp_path: Path, program: str) -> HarnessResult:
-    opts = ["--startup", "4", "--stall", "3", "--timeout", "40"]
+def watch(tmp_path: Path, program: str) -> Verdict:
+    """The verdict of `harness watch` on a Python program of tests/programs."""
+    opts = watch_opts(startup=4, stall=3, timeout=40)
     cmd = [sys.executable, str(PROGRAMS / program)]
-    return harness("watch", *opts, "--", *cmd, report_root=tmp_path / "reports")
+    return verdict_of(watch_cmd(tmp_path / "reports", *cmd, opts=opts).loaded)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_popen_wait_on_a_child_blocked_writing_its_stdout(tmp_path: Path) -> None:
-    res = watch(tmp_path, "wait_popen_pipe.py")
-    v = res.report["verdict"]
-    assert (v["kind"], v["location"]) == ("hang", "chatter"), v["summary"]
-    assert v["location_frames"][0].startswith("chatter (wait_popen_pipe.py:")
+    v = watch(tmp_path, "wait_popen_pipe.py")
+    assert (v.kind, v.location) == (Kind.HANG, "chatter"), v.summary
+    assert v.location_frames[0].startswith("chatter (wait_popen_pipe.py:")
     m = re.fullmatch(
         r"pid (\d+) waits for child pid (\d+) in Popen\.wait; pid (\d+) blocks writing stdout "
         r"\(pipe:\[\d+\]\), read only by pid (\d+): located in chatter",
-        v["waits_for"],
+        v.waits_for,
     )
-    assert m is not None, v["waits_for"]
+    assert m is not None, v.waits_for
     parent, child, writer, reader = map(int, m.groups())
     assert (writer, reader) == (child, parent)
 
@@ -317,11 +319,10 @@ def test_popen_wait_on_a_child_blocked_writing_its_stdout(tmp_path: Path) -> Non
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_process_join_before_draining_its_queue(tmp_path: Path) -> None:
-    res = watch(tmp_path, "wait_process_join.py")
-    v = res.report["verdict"]
-    assert (v["kind"], v["location"]) == ("hang", "Queue._feed"), v["summary"]
-    assert "in Process.join" in v["waits_for"] and "blocks writing pipe:[" in v["waits_for"]
-    assert any("located where the wait-for chain ends" in e for e in v["evidence"])
+    v = watch(tmp_path, "wait_process_join.py")
+    assert (v.kind, v.location) == (Kind.HANG, "Queue._feed"), v.summary
+    assert "in Process.join" in v.waits_for and "blocks writing pipe:[" in v.waits_for
+    assert any("located where the wait-for chain ends" in e for e in v.evidence)
 
 
 @pytest.mark.slow
@@ -331,38 +332,34 @@ def test_pool_map_on_a_killed_worker_stays_with_the_caller_and_says_why(
 ) -> None:
     """The chain ends at a worker that is gone: no stack to locate in, so the location is
     the caller's line, and `waits` names the dead worker."""
-    res = watch(tmp_path, "wait_pool_killed.py")
-    v = res.report["verdict"]
-    assert (v["kind"], v["location"]) == ("hang", "main"), v["summary"]
-    assert re.search(r"waits for a result in Pool\.map; pid \d+, its child, was ", v["waits_for"])
-    assert any("located at the waiting thread" in e for e in v["evidence"])
+    v = watch(tmp_path, "wait_pool_killed.py")
+    assert (v.kind, v.location) == (Kind.HANG, "main"), v.summary
+    assert re.search(r"waits for a result in Pool\.map; pid \d+, its child, was ", v.waits_for)
+    assert any("located at the waiting thread" in e for e in v.evidence)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_an_executor_used_in_a_forked_child_is_located_in_the_child(tmp_path: Path) -> None:
-    res = watch(tmp_path, "wait_fork_executor.py")
-    v = res.report["verdict"]
-    assert (v["kind"], v["location"]) == ("hang", "child"), v["summary"]
-    frames = v["location_frames"]
+    v = watch(tmp_path, "wait_fork_executor.py")
+    assert (v.kind, v.location) == (Kind.HANG, "child"), v.summary
+    frames = v.location_frames
     assert frames[0].startswith("child (wait_fork_executor.py:"), frames
     assert frames[1].startswith("Future.result ("), frames
     m = re.fullmatch(
         r"pid (\d+) waits for child pid (\d+) in Process\.join; pid (\d+) waits for a result "
         r"in Future\.result; pid (\d+) has no other thread and no child process to produce "
         r"it: located in child",
-        v["waits_for"],
+        v.waits_for,
     )
-    assert m is not None, v["waits_for"]
+    assert m is not None, v.waits_for
     assert m[2] == m[3] == m[4] != m[1]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_a_lock_order_cycle_is_located_in_the_threads_function(tmp_path: Path) -> None:
-    res = watch(tmp_path, "wait_lock_order.py")
-    v = res.report["verdict"]
-    assert (v["kind"], v["mechanism"], v["location"]) == ("hang", "deadlock", "backwards"), v[
-        "summary"
-    ]
-    assert v["location_frames"][0].startswith("backwards (wait_lock_order.py:")
+    v = watch(tmp_path, "wait_lock_order.py")
+    got = (v.kind, v.mechanism, v.location)
+    assert got == (Kind.HANG, Mechanism.DEADLOCK, "backwards"), v.summary
+    assert v.location_frames[0].startswith("backwards (wait_lock_order.py:")

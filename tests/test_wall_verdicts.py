@@ -13,16 +13,13 @@ import pytest
 
 from harness import outcome
 from harness.outcome import Kind
+from harness.vocab import Mechanism
 from harness.watch.watchdog import Limits, Trigger, Watchdog
-from tests.harness_cli import HarnessResult, harness
+from tests.harness_cli import samples_of, verdict_of, watch_cmd, watch_opts
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
-
-
-def watch(tmp_path: Path, opts: list[str], *cmd: str) -> HarnessResult:
-    return harness("watch", *opts, "--", *cmd, report_root=tmp_path / "reports")
 
 
 # ---------------------------------------------------------------- the rule, fake clock
@@ -72,23 +69,25 @@ def test_the_stall_window_still_caps_the_window() -> None:
 def test_print_once_then_nanosleep_is_an_idle_hang_at_the_wall(
     tmp_path: Path, c_program: Callable[[str], Path]
 ) -> None:
-    opts = ["--timeout", "5", "--stall", "60"]
-    res = watch(tmp_path, opts, str(c_program("wall_print_sleep")))
-    v = res.report["verdict"]
-    assert res.report["trigger"] == "wall"
-    assert (v["kind"], v["mechanism"]) == ("hang", "idle"), v["summary"]
+    opts = watch_opts(timeout=5, stall=60)
+    res = watch_cmd(tmp_path / "reports", str(c_program("wall_print_sleep")), opts=opts)
+    report = res.loaded
+    v = verdict_of(report)
+    assert report.trigger is Trigger.WALL
+    assert (v.kind, v.mechanism) == (Kind.HANG, Mechanism.IDLE), v.summary
     assert res.code == outcome.exit_code(Kind.HANG)
-    assert v["location"] == "wait_for_nothing"
-    assert "sleep" in v["runtime"]
-    assert "last progress" in v["evidence"][0]
+    assert v.location == "wait_for_nothing"
+    assert "sleep" in v.runtime
+    assert "last progress" in v.evidence[0]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_printing_every_half_second_is_still_progressing(tmp_path: Path) -> None:
-    opts = ["--timeout", "5", "--stall", "60"]
-    res = watch(tmp_path, opts, sys.executable, str(PROGRAMS / "wall_printer.py"))
-    assert res.report["verdict"]["kind"] == "timeout-progressing"
+    opts = watch_opts(timeout=5, stall=60)
+    cmd = (sys.executable, str(PROGRAMS / "wall_printer.py"))
+    res = watch_cmd(tmp_path / "reports", *cmd, opts=opts)
+    assert verdict_of(res.loaded).kind is Kind.TIMEOUT_PROGRESSING
     assert res.code == outcome.exit_code(Kind.TIMEOUT_PROGRESSING)
 
 
@@ -99,12 +98,13 @@ def test_a_timed_wait_loop_is_idle_not_a_deadlock(
 ) -> None:
     """Two threads in a pthread_cond_timedwait loop, main in pthread_join (it waits for
     them, and they only for a timer): idle, located in the loop."""
-    opts = ["--startup", "3", "--stall", "3", "--timeout", "40"]
-    res = watch(tmp_path, opts, str(c_program("wall_cond_timedwait")))
-    v = res.report["verdict"]
-    assert res.report["trigger"] == "stall"
-    assert (v["kind"], v["mechanism"], v["location"]) == ("hang", "idle", "poll_for_work")
-    assert "condition variable" in v["runtime"]
+    opts = watch_opts(startup=3, stall=3, timeout=40)
+    res = watch_cmd(tmp_path / "reports", str(c_program("wall_cond_timedwait")), opts=opts)
+    report = res.loaded
+    v = verdict_of(report)
+    assert report.trigger is Trigger.STALL
+    assert (v.kind, v.mechanism, v.location) == (Kind.HANG, Mechanism.IDLE, "poll_for_work")
+    assert "condition variable" in v.runtime
 
 
 @pytest.mark.slow
@@ -114,13 +114,13 @@ def test_a_python_program_asleep_is_idle_at_its_sleep_site(tmp_path: Path) -> No
     The wall leaves a loaded host's slow interpreter start time: the line must come more
     than the progress window (a quarter of the wall, 2.5 s) before it, else the run is
     still progressing, so at 10 s a start of up to 7.5 s still reads as a hang."""
-    opts = ["--timeout", "10", "--stall", "60"]
-    res = watch(tmp_path, opts, sys.executable, str(PROGRAMS / "wall_py_sleep.py"))
-    report = res.report
-    v = report["verdict"]
-    assert report["trigger"] == "wall", v["summary"]
-    assert report["progress"]["progress_events"] == 1, report["progress"]
+    opts = watch_opts(timeout=10, stall=60)
+    cmd = (sys.executable, str(PROGRAMS / "wall_py_sleep.py"))
+    report = watch_cmd(tmp_path / "reports", *cmd, opts=opts).loaded
+    v = verdict_of(report)
+    assert report.trigger is Trigger.WALL, v.summary
+    assert report.progress.progress_events == 1, report.progress
     # the premise, as the watch loop saw it: both threads asleep at every snapshot
-    seen = {a["tid"]: a["states"] for a in report["samples"]["activity"]}
+    seen = {a.tid: a.states for a in samples_of(report).activity}
     assert len(seen) == 2 and all(set(s) == {"S"} for s in seen.values()), seen
-    assert (v["kind"], v["mechanism"], v["location"]) == ("hang", "idle", "idle_loop"), v
+    assert (v.kind, v.mechanism, v.location) == (Kind.HANG, Mechanism.IDLE, "idle_loop"), v
