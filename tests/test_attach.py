@@ -19,16 +19,18 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
+from harness.analysis.causes import Cause
 from harness.outcome import HANG, OUTCOMES, TIMEOUT_PROGRESSING, USAGE, Kind
 from harness.process import proctree
+from harness.report.model import Report
+from harness.vocab import Mechanism, RunMode, RunStatus, Trigger
 from tests import facts
 from tests.conftest import Spawned
-from tests.harness_cli import HarnessResult, only_report_dir
+from tests.harness_cli import HarnessResult, only_report_dir, samples_of, verdict_of
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.spread]
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,35 +129,37 @@ def until(ready: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def located(report: dict[str, Any]) -> tuple[str, int, int]:
+def located(report: Report) -> tuple[str, int, int]:
     """The verdict's location and the pid and tid it was found on (from its evidence)."""
-    found = [m for e in report["verdict"]["evidence"] if (m := LOCATED.match(e))]
-    assert found, report["verdict"]["evidence"]
+    evidence = verdict_of(report).evidence
+    found = [m for e in evidence if (m := LOCATED.match(e))]
+    assert found, evidence
     name, pid, tid = found[0].groups()
     return name, int(pid), int(tid)
 
 
-def cause(report: dict[str, Any], cause_id: str) -> dict[str, Any]:
-    causes = {c["id"]: c for c in report["verdict"]["causes"]}
+def cause(report: Report, cause_id: str) -> Cause:
+    causes = {c.id: c for c in verdict_of(report).causes}
     assert cause_id in causes, f"no {cause_id} among {list(causes)}"
-    found: dict[str, Any] = causes[cause_id]
-    return found
+    return causes[cause_id]
 
 
-def check_attach_report(res: HarnessResult, pid: int) -> dict[str, Any]:
+def check_attach_report(res: HarnessResult, pid: int) -> Report:
     """What every attach report has: mode attach, the target's pid, the whole folder."""
-    report = res.report
-    assert report["mode"] == "attach"
-    assert report["status"] == "complete"
-    assert report["exit"]["pid"] == pid
-    assert report["exit"]["killed_by_harness"] is False
+    report = res.loaded
+    assert report.mode is RunMode.ATTACH
+    assert report.status is RunStatus.COMPLETE
+    assert report.exit is not None, report
+    assert report.exit.pid == pid
+    assert report.exit.killed_by_harness is False
     files = ["report.md", "report.html"]
-    if report["verdict"]["kind"] == "hang":  # stacks are taken on a hang only
+    if verdict_of(report).kind is Kind.HANG:  # stacks are taken on a hang only
         files += ["stacks.txt", "samples.json"]
     for name in files:
         assert (res.folder / name).is_file(), name
-    assert report["verdict"]["exit_code"] == res.code
-    assert json.loads(res.stdout)["run_id"] == report["run_id"]  # --json: the same report
+    # the exit code as written (the loaded verdict's is derived from its kind)
+    assert res.report["verdict"]["exit_code"] == res.code
+    assert json.loads(res.stdout)["run_id"] == report.run_id  # --json: the same report
     return report
 
 
@@ -169,17 +173,18 @@ def test_lock_cycle_in_c_names_the_owners(
     res = attach(target.pid, tmp_path, "--quiescent", "1")
     assert res.code == HANG, res.stderr
     report = check_attach_report(res, target.pid)
-    v = report["verdict"]
-    assert (v["kind"], v["mechanism"], report["trigger"]) == ("hang", "deadlock", "quiescent")
-    assert v["location"] in ("transfer_a_to_b", "transfer_b_to_a")
+    v = verdict_of(report)
+    got = (v.kind, v.mechanism, report.trigger)
+    assert got == (Kind.HANG, Mechanism.DEADLOCK, Trigger.QUIESCENT)
+    assert v.location in ("transfer_a_to_b", "transfer_b_to_a")
     cycle = cause(report, "lock-cycle")
-    owners = {int(t) for e in cycle["evidence"] for t in re.findall(r"tid (\d+)", e)}
+    owners = {int(t) for e in cycle.evidence for t in re.findall(r"tid (\d+)", e)}
     # the two workers, each the owner of the mutex the other waits for: not main
     assert owners == before - {target.pid}, (owners, before)
     assert len(owners) == 2
-    assert f"pid {target.pid}" in cycle["sentence"]
+    assert f"pid {target.pid}" in cycle.sentence
     # causes that rest on history before the first look are said to be judged without it
-    assert any("attached after the start" in n for n in report["notes"]), report["notes"]
+    assert any("attached after the start" in n for n in report.notes), report.notes
     assert_still_running(target)
     assert tasks(target.pid) == before
 
@@ -192,14 +197,14 @@ def test_python_deadlock(tmp_path: Path, spawn: Callable[..., Spawned]) -> None:
     res = attach(target.pid, tmp_path, "--quiescent", "1")
     assert res.code == HANG, res.stderr
     report = check_attach_report(res, target.pid)
-    v = report["verdict"]
-    assert (v["kind"], v["mechanism"]) == ("hang", "deadlock")
+    v = verdict_of(report)
+    assert (v.kind, v.mechanism) == (Kind.HANG, Mechanism.DEADLOCK)
     name, pid, tid = located(report)
-    assert name in ("transfer_a_to_b", "transfer_b_to_a") and name == v["location"]
+    assert name in ("transfer_a_to_b", "transfer_b_to_a") and name == v.location
     assert pid == target.pid and tid in tasks(target.pid)
     locks = cause(report, "python-locks")
-    named = {int(t) for t in re.findall(r"tid (\d+)", locks["sentence"])}
-    assert named and named <= tasks(target.pid) - {target.pid}, (named, locks["sentence"])
+    named = {int(t) for t in re.findall(r"tid (\d+)", locks.sentence)}
+    assert named and named <= tasks(target.pid) - {target.pid}, (named, locks.sentence)
     assert_still_running(target)
 
 
@@ -213,11 +218,11 @@ def test_spin_on_blocked_workers(
     res = attach(target.pid, tmp_path, "--duration", "3")
     assert res.code == HANG, res.stderr
     report = check_attach_report(res, target.pid)
-    v = report["verdict"]
-    assert (v["kind"], v["mechanism"], report["trigger"]) == ("hang", "spin", "duration")
-    assert v["location"] == "wait_for_workers"
+    v = verdict_of(report)
+    assert (v.kind, v.mechanism, report.trigger) == (Kind.HANG, Mechanism.SPIN, Trigger.DURATION)
+    assert v.location == "wait_for_workers"
     spin = cause(report, "spin-on-blocked-workers")
-    assert f"pid {target.pid}" in spin["sentence"] and "wait_for_workers" in spin["sentence"]
+    assert f"pid {target.pid}" in spin.sentence and "wait_for_workers" in spin.sentence
     assert_still_running(target)
 
 
@@ -243,17 +248,17 @@ def test_parent_waiting_on_a_stuck_child_is_located_in_the_child(
     res = attach(target.pid, tmp_path, "--quiescent", "1")
     assert res.code == HANG, res.stderr
     report = check_attach_report(res, target.pid)
-    v = report["verdict"]
-    assert (v["kind"], v["mechanism"]) == ("hang", "deadlock")
+    v = verdict_of(report)
+    assert (v.kind, v.mechanism) == (Kind.HANG, Mechanism.DEADLOCK)
     name, pid, _ = located(report)
     assert pid == child, f"located in pid {pid}, the stuck child is {child}"
     assert name in ("take_a_then_b", "take_b_then_a", "transfer_a_to_b", "transfer_b_to_a")
     # the chain: the parent waits for the child, whose main waits for its stuck threads
-    chain = v["waits_for"]
+    chain = v.waits_for
     assert f"pid {target.pid} waits for child pid {child}" in chain, chain
     assert f"pid {child} waits for another thread" in chain, chain
     locked = cause(report, "python-locks" if program.endswith(".py") else "lock-cycle")
-    assert f"pid {child}" in locked["sentence"], locked["sentence"]
+    assert f"pid {child}" in locked.sentence, locked.sentence
     assert_still_running(target, child)
 
 
@@ -314,18 +319,18 @@ def test_ptrace_refused_gives_the_proc_report_and_one_line(
     # still a verdict: every thread asleep with no CPU is what /proc can tell
     assert res.code == HANG, res.stderr
     report = check_attach_report(res, target.pid)
-    assert report["verdict"]["mechanism"] == "deadlock"
-    samples = report["samples"]
-    assert samples["stacks"] == [] and samples["tools"] == {}
-    assert samples["snapshots"], "no /proc snapshot"
+    assert verdict_of(report).mechanism is Mechanism.DEADLOCK
+    samples = samples_of(report)
+    assert samples.stacks == [] and samples.tools == {}
+    assert samples.snapshots, "no /proc snapshot"
     seen = {
-        t["tid"]: t["state"]
-        for p in samples["snapshots"][-1]["processes"]
-        if p["pid"] == target.pid
-        for t in p["threads"]
+        t.tid: t.state
+        for p in samples.snapshots[-1].processes
+        if p.pid == target.pid
+        for t in p.threads
     }
     assert set(seen) == before and set(seen.values()) == {"S"}, seen
-    assert any(n.startswith("/proc only: ptrace refused") for n in report["notes"])
+    assert any(n.startswith("/proc only: ptrace refused") for n in report.notes)
     assert_still_running(target)
 
 
@@ -341,8 +346,8 @@ def test_kill_ends_the_target_and_its_children(
     res = attach(target.pid, tmp_path, "--quiescent", "1", "--kill")
     assert res.code == HANG, res.stderr
     report = check_attach_report(res, target.pid)
-    assert set(report["cleanup"]["killed"]) == {target.pid, child.pid}
-    assert report["cleanup"]["leftover"] == []
+    assert set(report.cleanup.killed) == {target.pid, child.pid}
+    assert report.cleanup.leftover == []
     assert target.proc.wait(timeout=10) == -signal.SIGKILL
     # the child's parent is gone: init (or a subreaper) reaps it; it must not run on
     until(lambda: _ended(child), f"the child {child.pid} ended")
@@ -355,8 +360,8 @@ def test_a_busy_writer_is_not_a_hang(tmp_path: Path, spawn: Callable[..., Spawne
     res = attach(target.pid, tmp_path, "--duration", "2")
     assert res.code == TIMEOUT_PROGRESSING, res.stderr
     report = check_attach_report(res, target.pid)
-    assert report["verdict"]["kind"] == "timeout-progressing"
-    assert report["trigger"] == "duration"
+    assert verdict_of(report).kind is Kind.TIMEOUT_PROGRESSING
+    assert report.trigger is Trigger.DURATION
     assert_still_running(target)
 
 
@@ -374,8 +379,8 @@ def test_an_exit_while_watched(tmp_path: Path, spawn: Callable[..., Spawned]) ->
     res = attach(target.pid, tmp_path, "--duration", "30", watching=kill_target)
     assert res.code == EXITED, res.stderr
     report = check_attach_report(res, target.pid)
-    assert report["verdict"]["kind"] == "exited"
-    assert report["trigger"] == "exit"
+    assert verdict_of(report).kind is Kind.EXITED
+    assert report.trigger is Trigger.EXIT
     assert died and time.monotonic() - died < 20, "the exit was seen only at the window's end"
 
 
@@ -486,7 +491,7 @@ def test_kill_reaches_the_orphans_of_a_root_that_exited(
         res = attach(target.pid, tmp_path, "--duration", "20", "--kill")
         assert res.code == EXITED, res.stderr
         report = check_attach_report(res, target.pid)
-        assert orphan.pid in report["cleanup"]["killed"], report["cleanup"]
+        assert orphan.pid in report.cleanup.killed, report.cleanup
         until(lambda: not proctree.living(orphan), "the orphan's death", 10)
     finally:
         with contextlib.suppress(psutil.Error):
@@ -529,14 +534,14 @@ def test_attach_on_a_real_world_hang(
     time.sleep(3.0)  # every corpus hang sets in within about 2 s of start
     res = attach(target.pid, tmp_path, "--quiescent", "2", "--duration", "20")
     report = check_attach_report(res, target.pid)
-    verdict = report["verdict"]
-    assert (verdict["kind"], verdict["mechanism"]) == ("hang", case.expect.mechanism), verdict
-    causes = [c["id"] for c in verdict["causes"]]
+    verdict = verdict_of(report)
+    assert (verdict.kind, verdict.mechanism) == (Kind.HANG, case.expect.mechanism), verdict
+    causes = [c.id for c in verdict.causes]
     if case.expect.cause in history and not causes:
         # the death happened before the first look and left nothing to see: the note says
         # which cause needed it
-        assert case.expect.cause in " ".join(report["notes"]), report["notes"]
+        assert case.expect.cause in " ".join(report.notes), report.notes
     else:  # seen from what is there now (pool-sigkill: the worker its pool started anew)
         assert causes == [case.expect.cause], causes
-        assert re.search(case.expect.location, verdict["location"] or ""), verdict["location"]
+        assert re.search(case.expect.location, verdict.location or ""), verdict.location
     assert_still_running(target)

@@ -20,13 +20,19 @@ from typing import Any
 import pytest
 
 from harness.outcome import interrupted_code
-from tests.harness_cli import ROOT, communicate_and_kill, only_report_dir, wait_for_trainer
+from tests.harness_cli import (
+    ROOT,
+    communicate_and_kill,
+    only_report_dir,
+    wait_for_trainer,
+    watch_opts,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120), pytest.mark.spread]
 SIGINT_CODE = interrupted_code(signal.SIGINT)
 DELAYS_S = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
 # windows long enough that the program is still running at the last delay
-LONG = ["--startup", "30", "--stall", "30", "--quiescent", "0", "--timeout", "60", "--quiet"]
+LONG = watch_opts(startup=30, stall=30, quiescent=0, timeout=60, quiet=True)
 NOTHING_WRITTEN = "nothing was written"
 
 

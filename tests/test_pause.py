@@ -9,20 +9,22 @@ itself (not the program it watches) for 8 s, as a CI runner, a laptop lid or a V
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from harness.outcome import Kind
+from harness.report.load import load_report
+from harness.report.model import Report
+from harness.vocab import Mechanism
 from harness.watch.watchdog import (
     MAX_PAUSES,
     SETTLE_S,
@@ -32,12 +34,13 @@ from harness.watch.watchdog import (
     Watchdog,
     pause_threshold,
 )
-from tests.harness_cli import ROOT, only_report_dir, wait_for_trainer
+from tests.harness_cli import ROOT, only_report_dir, verdict_of, wait_for_trainer, watch_opts
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 PAUSE_S = 8.0
+WINDOWS = watch_opts(startup=3, stall=2, timeout=40)  # `harness watch` under a pause
 
 
 def ticking(dog: Watchdog, start: float, end: float, step: float = 0.1) -> Trigger | None:
@@ -191,17 +194,17 @@ class Paused:
     elapsed: float
 
     @property
-    def report(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((self.folder / "report.json").read_text())
-        return data
+    def loaded(self) -> Report:
+        """The report read back typed (harness.report.load)."""
+        return load_report(self.folder)
 
     def pause_gaps(self) -> list[float]:
-        notes = self.report["notes"]
+        notes = self.loaded.notes
         return [float(m[1]) for n in notes if (m := re.search(r"paused for ([\d.]+)s", n))]
 
 
 def watch_paused(
-    tmp_path: Path, cmd: list[str], opts: list[str], ready: Callable[[Path], bool]
+    tmp_path: Path, cmd: list[str], opts: Sequence[str], ready: Callable[[Path], bool]
 ) -> Paused:
     """`harness watch OPTS -- CMD`, paused as `harness_paused` says."""
     return harness_paused(tmp_path, ["watch", *opts, "--", *cmd], ready)
@@ -272,17 +275,15 @@ def test_a_healthy_chatty_program_survives_a_paused_harness(tmp_path: Path) -> N
         tmp_path,
         # it outlives the pause by a few seconds: the harness must judge it after the pause
         [sys.executable, str(PROGRAMS / "slow_printer.py"), "12"],
-        ["--startup", "3", "--stall", "2", "--timeout", "40"],
+        WINDOWS,
         output_has("step 3"),
     )
-    report = res.report
-    assert (res.code, report["verdict"]["kind"], report["trigger"]) == (0, "pass", "exit"), (
-        report["verdict"],
-        report["exit"],
-    )
+    report = res.loaded
+    v = verdict_of(report)
+    assert (res.code, v.kind, report.trigger) == (0, Kind.PASS, Trigger.EXIT), (v, report.exit)
     assert "done" in (res.folder / "output.log").read_text()  # it ran to its end
     gaps = res.pause_gaps()
-    assert gaps and PAUSE_S - 0.5 <= max(gaps) <= PAUSE_S + 5, report["notes"]
+    assert gaps and PAUSE_S - 0.5 <= max(gaps) <= PAUSE_S + 5, report.notes
     assert res.elapsed >= res.stopped_at + PAUSE_S
 
 
@@ -296,16 +297,17 @@ def test_a_genuine_deadlock_is_still_called_after_a_pause(
     res = watch_paused(
         tmp_path,
         [str(c_program("mutex_deadlock"))],
-        ["--startup", "3", "--stall", "2", "--timeout", "40"],
+        WINDOWS,
         output_has(" holds ", 2, then_s=0.5),  # in the log, then parsed: silence starts
     )
-    report = res.report
-    v = report["verdict"]
-    assert (res.code, v["kind"], v["mechanism"]) == (2, "hang", "deadlock"), v
-    assert v["location"] in ("transfer_a_to_b", "transfer_b_to_a")
-    assert report["trigger"] in ("stall", "quiescent", "closed"), report["exit"]  # not the wall
+    report = res.loaded
+    v = verdict_of(report)
+    assert (res.code, v.kind, v.mechanism) == (2, Kind.HANG, Mechanism.DEADLOCK), v
+    assert v.location in ("transfer_a_to_b", "transfer_b_to_a")
+    not_the_wall = (Trigger.STALL, Trigger.QUIESCENT, Trigger.CLOSED)
+    assert report.trigger in not_the_wall, report.exit
     gaps = res.pause_gaps()
-    assert gaps and max(gaps) >= PAUSE_S - 0.5, report["notes"]
+    assert gaps and max(gaps) >= PAUSE_S - 0.5, report.notes
     assert res.elapsed >= res.stopped_at + PAUSE_S
 
 
@@ -331,7 +333,7 @@ def test_the_fixed_replica_survives_a_paused_harness(
     args = ["run", "breakout", "--variant", "fixed", "--stall", "4", "--timeout", "90"]
     # a run that outlives the pause: the harness judges it after the pause
     res = harness_paused(tmp_path, [*args, "--steps", "8388608"], output_has("Steps", 2), cache_env)
-    report = res.report
-    assert (res.code, report["verdict"]["kind"]) == (0, "pass"), (report["verdict"], res.stderr)
+    report = res.loaded
+    assert (res.code, verdict_of(report).kind) == (0, Kind.PASS), (report.verdict, res.stderr)
     gaps = res.pause_gaps()
-    assert gaps and max(gaps) >= PAUSE_S - 0.5, report["notes"]
+    assert gaps and max(gaps) >= PAUSE_S - 0.5, report.notes

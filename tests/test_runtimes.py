@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from elftools.elf.dynamic import DynamicSection
@@ -26,6 +25,7 @@ from elftools.elf.sections import StringTableSection
 from harness.analysis.detectors.views import OPENMP_MODULES, uses
 from harness.config.signatures import load_signatures, pattern_from_table
 from harness.errors import HarnessError
+from harness.outcome import Kind
 from harness.sampling import runtimes
 from harness.sampling.identity_cache import Store
 from harness.sampling.model import Frame, SampleSet, ThreadStack
@@ -40,7 +40,7 @@ from harness.sampling.runtimes import (
 from harness.sampling.sample import sample_tree
 from harness.vocab import StackToolName
 from tests import facts
-from tests.harness_cli import harness
+from tests.harness_cli import samples_of, verdict_of, watch_cmd, watch_opts
 
 pytestmark = pytest.mark.needs_tool("gcc", why="builds the OpenMP programs and libraries")
 
@@ -365,25 +365,22 @@ def test_identifies_a_torch_process(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_openmp_after_fork_with_the_renamed_libgomp(built: dict[str, Path], tmp_path: Path) -> None:
     """The end to end case: linked against the renamed copy, `harness watch` gives the
     openmp-after-fork cause, located in the child's OpenMP region."""
-    res = harness(
-        "watch", "--startup", "4", "--stall", "4", "--quiescent", "2", "--timeout", "60",
-        "--", str(built["program"]),
-        report_root=tmp_path / "r",
-    )  # fmt: skip
-    report: dict[str, Any] = res.report
-    v = report["verdict"]
-    assert v["kind"] == "hang", v
-    found = {c["id"]: c for c in v["causes"]}
-    assert "openmp-after-fork" in found, (v["causes"], res.stdout)
-    assert f"{RENAMED} (libgomp)" in found["openmp-after-fork"]["sentence"]
-    assert v["location"].startswith("child_work"), v["location"]
+    opts = watch_opts(startup=4, stall=4, quiescent=2, timeout=60)
+    res = watch_cmd(tmp_path / "r", str(built["program"]), opts=opts)
+    report = res.loaded
+    v = verdict_of(report)
+    assert v.kind is Kind.HANG, v
+    found = {c.id: c for c in v.causes}
+    assert "openmp-after-fork" in found, (v.causes, res.stdout)
+    assert f"{RENAMED} (libgomp)" in found["openmp-after-fork"].sentence
+    assert v.location is not None and v.location.startswith("child_work"), v.location
     gomp = [
         f
-        for st in report["samples"]["stacks"]
-        for f in st["frames"]
-        if (f["module"] or "").endswith(RENAMED)
+        for st in samples_of(report).stacks
+        for f in st.frames
+        if (f.module or "").endswith(RENAMED)
     ]
-    assert gomp and all(f["runtime"] == "libgomp" for f in gomp)
+    assert gomp and all(f.runtime == "libgomp" for f in gomp)
 
 
 def test_signature_runtimes_are_checked() -> None:

@@ -16,7 +16,7 @@ from harness.report.model import Report
 from harness.report.store import finish
 from harness.sampling.model import Frame, ThreadStack
 from harness.vocab import RunMode, StackToolName, Trigger
-from tests.harness_cli import ROOT, harness
+from tests.harness_cli import ROOT, harness, watch_opts
 from tests.samples import sample_set
 
 PROGRAMS = ROOT / "tests" / "programs"
@@ -56,7 +56,7 @@ def test_paths_are_whole_and_report_md_has_no_reprs(tmp_path: Path) -> None:
 def test_no_sample_hang_points_at_files_that_exist(tmp_path: Path) -> None:
     root = deep(tmp_path)
     # --quiescent 0: a window's trigger (the early verdicts name no window)
-    argv = ["watch", "--no-sample", "--startup", "2", "--stall", "2", "--quiescent", "0"]
+    argv = ["watch", "--no-sample", *watch_opts(startup=2, stall=2, quiescent=0)]
     argv += ["--report-dir", str(root)]
     res = harness(*argv, "--", sys.executable, str(PROGRAMS / "py_deadlock.py"), report_root=root)
     assert res.code == 2, res.stdout + res.stderr

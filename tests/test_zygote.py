@@ -21,12 +21,12 @@ import pytest
 from harness.outcome import USAGE, Kind, exit_code, interrupted_code
 from harness.pipeline.children import ZYGOTE_ENTRY, ZYGOTE_PRELOAD
 from harness.process.zygote import DISABLE_VAR, Zygote
-from tests.harness_cli import ROOT, only_report_dir, trainer_of, wait_for_trainer
+from tests.harness_cli import ROOT, only_report_dir, trainer_of, wait_for_trainer, watch_opts
 
 pytestmark = [pytest.mark.timeout(120)]
 PROGRAM = str(ROOT / "harness" / "__main__.py")
 # a watch that keeps its deadlocked program running (no quiescence, long windows)
-HOLD = ["--quiescent", "0", "--startup", "60", "--stall", "60", "--timeout", "60", "--quiet"]
+HOLD = watch_opts(startup=60, stall=60, quiescent=0, timeout=60, quiet=True)
 
 
 @pytest.fixture
