@@ -37,7 +37,7 @@ from harness.report.markdown import render_report
 from harness.report.model import Report
 from harness.vocab import BisectClass, HazardKind, RunMode
 from tests.facts import require_tool
-from tests.harness_cli import harness
+from tests.harness_cli import harness, verdict_of
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 RUN_TIMEOUT_S = 60
@@ -180,18 +180,20 @@ def test_expect_hazard_fails_a_passing_watch_and_hazards_show_on_a_pass(
         report_root=tmp_path / "expect", env=cache_env,
     )  # fmt: skip
     assert res.code == 9, res.stderr
-    data = res.report
-    assert data["verdict"]["kind"] == Kind.HAZARD
-    assert data["verdict"]["location"] == "take_a_then_b"
-    [h] = data["hazards"]["hazards"]
-    assert h["expected"] is True and h["kind"] == "lock-order"
-    assert data["hazards"]["expect"] == expect
+    report = res.loaded
+    assert verdict_of(report).kind is Kind.HAZARD
+    assert verdict_of(report).location == "take_a_then_b"
+    assert report.hazards is not None
+    [h] = report.hazards.hazards
+    assert h.expected is True and h.kind is HazardKind.LOCK_ORDER
+    assert report.hazards.expect == expect
     assert "## Hazards" in (res.folder / "report.md").read_text()
     ok = harness(
         "watch", "--hazards", "--", binary, "ordered", report_root=tmp_path / "ok", env=cache_env
     )
     assert ok.code == 0, ok.stderr
-    assert ok.report["hazards"]["hazards"] == []
+    hazards = ok.loaded.hazards
+    assert hazards is not None and hazards.hazards == []
     assert "hazards  none (" in ok.stdout  # the summary's line, on a pass
 
 
@@ -248,26 +250,28 @@ def test_the_replica_built_with_clang_passes_with_its_fork_hazard_the_fixed_one_
     # (LIBOMP_CHILD_S's comment, docs/hazards.md "Known issues") is a hang told as the same
     # fork, and it must carry the same hazard
     if res.code == outcome.exit_code(Kind.HANG):
-        causes = [c["id"] for c in res.report["verdict"]["causes"]]
-        assert causes == ["openmp-after-fork"], res.report["verdict"]["summary"]
+        v = verdict_of(res.loaded)
+        assert [c.id for c in v.causes] == ["openmp-after-fork"], v.summary
     else:
         assert res.code == 0, res.stderr
-    hazards = res.report["hazards"]["hazards"]
-    [h] = hazards
+    recorded = res.loaded.hazards
+    assert recorded is not None
+    [h] = recorded.hazards
     fork_line = line_of("../../upstream_pin/replica/src/puffer.c", "pid_t pid = fork();")
     region = line_of("../../upstream_pin/replica/src/vecenv.h", "static void env_start(")
-    assert h["kind"] == "fork-after-openmp" and h["runtime"] == "libomp"
-    assert h["where"] == f"container_entry (puffer.c:{fork_line})"
-    entered = [n for n in h["locations"] if n.startswith("vecenv.h:")]
-    assert entered and all(int(n.split(":")[1]) > region for n in entered), h["locations"]
+    assert h.kind is HazardKind.FORK_AFTER_OPENMP and h.runtime == "libomp"
+    assert h.where == f"container_entry (puffer.c:{fork_line})"
+    entered = [n for n in h.locations if n.startswith("vecenv.h:")]
+    assert entered and all(int(n.split(":")[1]) > region for n in entered), h.locations
     assert "1 hazard: fork() with an OpenMP team of 2 alive (libomp)" in res.stdout
     fixed = harness(
         "run", "breakout", "--variant", "fixed", "--hazards",
         report_root=tmp_path / "fixed", env=cache_env, timeout=300,
     )  # fmt: skip
     assert fixed.code == 0, fixed.stderr
-    assert fixed.report["hazards"]["hazards"] == []
-    assert fixed.report["hazards"]["safe_forks"] == 1  # the fork is there, its child harmless
+    recorded = fixed.loaded.hazards
+    assert recorded is not None and recorded.hazards == []
+    assert recorded.safe_forks == 1  # the fork is there, its child harmless
 
 
 def test_hazards_in_every_format_escaped_and_read_back(tmp_path: Path) -> None:

@@ -19,7 +19,9 @@ import pytest
 from harness import dashboard
 from harness.execute import output
 from harness.execute.output import OutputPump
-from tests.harness_cli import harness
+from harness.outcome import Kind
+from harness.report.model import Report
+from tests.harness_cli import harness, verdict_of
 
 pytestmark = pytest.mark.timeout(120)
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -29,7 +31,7 @@ FINAL = "PufferLib 5.0  env=flood  steps=4242  SPS=99  epoch=7  to_go=0s"
 
 def flood(
     tmp_path: Path, *args: str, parser: str = "lines"
-) -> tuple[dict[str, Any], dict[str, Any], bytes]:
+) -> tuple[Report, dict[str, Any], bytes]:
     """Run flood.py unpaced under `harness watch`: the report, what it wrote, output.log."""
     stats = tmp_path / "stats.json"
     cmd = [sys.executable, str(FLOOD), "--rate", "0", "--stats", str(stats), *args]
@@ -37,13 +39,13 @@ def flood(
         "watch", "--parser", parser, "--timeout", "90", "--", *cmd, report_root=tmp_path / "r"
     )
     assert res.report_dir is not None, res.stderr
-    return res.report, json.loads(stats.read_text()), (res.report_dir / "output.log").read_bytes()
+    return res.loaded, json.loads(stats.read_text()), (res.report_dir / "output.log").read_bytes()
 
 
 def test_flood_is_logged_byte_for_byte(tmp_path: Path) -> None:
     report, written, log = flood(tmp_path, "--bytes", "20000000")
-    assert report["verdict"]["kind"] == "pass", report["verdict"]
-    assert report["exit"]["returncode"] == 0
+    assert verdict_of(report).kind is Kind.PASS, report.verdict
+    assert report.exit is not None and report.exit.returncode == 0
     assert len(log) == written["bytes"] == 20_000_000
     assert hashlib.sha256(log).hexdigest() == written["sha256"]
     # what makes it hard: binary, invalid UTF-8, CR, lines over a megabyte, no final newline
@@ -51,20 +53,20 @@ def test_flood_is_logged_byte_for_byte(tmp_path: Path) -> None:
     with pytest.raises(UnicodeDecodeError):
         log.decode("utf-8")
     assert max(len(line) for line in log.split(b"\n")) > 1024 * 1024
-    assert report["progress"]["output_lines"] == log.count(b"\n") + 1 == written["newlines"] + 1
+    assert report.progress.output_lines == log.count(b"\n") + 1 == written["newlines"] + 1
 
 
 def test_newest_frame_is_parsed_after_a_flood(tmp_path: Path) -> None:
     report, written, log = flood(
         tmp_path, "--bytes", "30000000", "--final", f"\\n{FINAL}\\n", parser="puffer5"
     )
-    assert report["verdict"]["kind"] == "pass", report["verdict"]
+    assert verdict_of(report).kind is Kind.PASS, report.verdict
     assert hashlib.sha256(log).hexdigest() == written["sha256"]
     assert log.endswith(f"\n{FINAL}\n".encode())
-    last = report["progress"]["last_metrics"]
+    last = report.progress.last_metrics
     assert (last["agent_steps"], last["SPS"], last["epoch"]) == (4242, 99, 7)
-    assert report["progress"]["output_lines"] == written["newlines"]
-    assert report["progress"]["output_tail"][-1] == FINAL
+    assert report.progress.output_lines == written["newlines"]
+    assert report.progress.output_tail[-1] == FINAL
 
 
 # --- the pump in-process --------------------------------------------------------------------

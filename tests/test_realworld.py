@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from harness import outcome
+from harness.analysis.classify import Verdict
 from harness.outcome import Kind
 from harness.vocab import Trigger
 from tests import facts
-from tests.harness_cli import HarnessResult, harness, tree_is_gone
+from tests.harness_cli import (
+    HarnessResult,
+    exit_pid,
+    samples_of,
+    tree_is_gone,
+    verdict_of,
+    watch_cmd,
+    watch_opts,
+)
 from tests.realworld.corpus import HERE, Case, load_cases
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
@@ -43,65 +51,57 @@ def _marks(case: Case) -> list[pytest.MarkDecorator]:
 def watch_case(case: Case, tmp_path: Path) -> HarnessResult:
     for module in case.modules:
         facts.require_module(module, why=f"{case.id} uses {module}")
-    opts = ["--timeout", str(WALL_S), "--cwd", str(HERE)]
+    stall = None
     if case.expect is not None and case.expect.trigger == Trigger.STALL:
         # a hang that is never quiescent (a spin, ranks that listen for a late peer) waits
         # for the stall window: 15 s instead of the default 60 s keeps the suite short (the
         # window starts at the program's last output, printed once its startup, torch's
         # import included, is over), and only the hang cases get it; the look-alikes keep
         # the defaults; bench/realworld.py runs every case at the defaults
-        opts += ["--stall", str(STALL_S)]
+        stall = STALL_S
+    opts = (*watch_opts(stall=stall, timeout=WALL_S), "--cwd", str(HERE))
     # the lock files and FIFOs a case makes, in this test's folder (gone with it)
     env = {"PUFFER_WG_PATH": str(tmp_path / "wg-path")}
-    return harness(
-        "watch",
-        *opts,
-        "--",
-        *case.command(),
-        report_root=tmp_path / "r",
-        timeout=WALL_S + 60,
-        env=env,
-    )
+    return watch_cmd(tmp_path / "r", *case.command(), opts=opts, env=env, timeout=WALL_S + 60)
 
 
-def first_cause(verdict: dict[str, Any]) -> str:
-    causes = verdict.get("causes") or []
-    return str(causes[0]["id"]) if causes else ""
+def first_cause(verdict: Verdict) -> str:
+    return verdict.causes[0].id if verdict.causes else ""
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=_marks(c)) for c in CASES])
 def test_corpus_case(case: Case, tmp_path: Path) -> None:
     res = watch_case(case, tmp_path)
-    report = res.report
-    verdict = report["verdict"]
-    assert tree_is_gone(report["exit"]["pid"]), "the program's tree outlived the harness"
+    report = res.loaded
+    verdict = verdict_of(report)
+    assert tree_is_gone(exit_pid(report)), "the program's tree outlived the harness"
     if case.expect is None:
-        assert verdict["kind"] == Kind.PASS, (verdict["summary"], report["trigger"])
-        assert (res.code, report["trigger"]) == (outcome.exit_code(Kind.PASS), Trigger.EXIT)
+        assert verdict.kind is Kind.PASS, (verdict.summary, report.trigger)
+        assert (res.code, report.trigger) == (outcome.exit_code(Kind.PASS), Trigger.EXIT)
         return
     want = case.expect
-    got = (verdict["kind"], verdict["mechanism"], report["trigger"])
-    assert got == (want.verdict, want.mechanism, want.trigger), verdict["summary"]
+    got = (verdict.kind, verdict.mechanism, report.trigger)
+    assert got == (want.verdict, want.mechanism, want.trigger), verdict.summary
     assert res.code == outcome.exit_code(want.verdict)
     # early: an early verdict, whole-tree quiescence or a closed set of the wake graph
-    assert (report["trigger"] in (Trigger.QUIESCENT, Trigger.CLOSED)) == want.early
-    assert re.search(want.location, verdict["location"] or ""), verdict["location_frames"]
+    assert (report.trigger in (Trigger.QUIESCENT, Trigger.CLOSED)) == want.early
+    assert re.search(want.location, verdict.location or ""), verdict.location_frames
     if want.frame:
-        frames = verdict["location_frames"] or [""]
+        frames = verdict.location_frames or [""]
         assert re.search(want.frame, frames[0]), frames
     # "a|b": either reading, where what the watch could see decides (cases.toml says why)
     wanted = want.cause.split("|")
     got_cause = first_cause(verdict)
-    assert got_cause in wanted, [c["sentence"] for c in verdict["causes"]]
+    assert got_cause in wanted, [c.sentence for c in verdict.causes]
     # one cause per finding: no second rule claims the same hang (one per process, say)
     # (a hang no cause names has none: its explanation is the wake chain)
-    assert [c["id"] for c in verdict["causes"]] == ([got_cause] if want.cause else [])
+    assert [c.id for c in verdict.causes] == ([got_cause] if want.cause else [])
     if want.chain:
-        assert re.search(want.chain, verdict["wake_chain"]), verdict["wake_chain"]
+        assert re.search(want.chain, verdict.wake_chain), verdict.wake_chain
     if want.trigger == Trigger.CLOSED:
-        wake = report["samples"]["wake"]
-        assert wake and wake["closed"], wake  # the set the trigger names, in the report
-        assert verdict["wake_chain"] and "ends:" in verdict["wake_chain"], verdict
+        wake = samples_of(report).wake
+        assert wake and wake.closed, wake  # the set the trigger names, in the report
+        assert verdict.wake_chain and "ends:" in verdict.wake_chain, verdict
 
 
 def test_corpus_is_complete() -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.harness_cli import harness
+from harness.vocab import Trigger, WakeEnd
+from tests.harness_cli import harness, samples_of
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -52,12 +53,13 @@ def test_attach_follows_a_daemon_that_left_the_tree_but_not_the_group(tmp_path: 
             time.sleep(0.05)  # the intermediate child has exited and been reaped
         argv = ["attach", str(job.pid), "--kill", "--report-dir", str(tmp_path)]
         res = harness(*argv, report_root=tmp_path, timeout=60)
-        report = res.report
-        assert (res.code, report["trigger"]) == (2, "closed"), res.stdout + res.stderr
-        wake = report["samples"]["wake"]
-        assert [daemon, daemon] in wake["closed"] and [job.pid, job.pid] in wake["closed"]
-        assert wake["end"] == "nobody" and wake["end_pid"] == daemon, wake
-        assert "no longer in its tree" in wake["links"][-1]["note"], wake
+        report = res.loaded
+        assert (res.code, report.trigger) == (2, Trigger.CLOSED), res.stdout + res.stderr
+        wake = samples_of(report).wake
+        assert wake is not None, report.samples
+        assert [daemon, daemon] in wake.closed and [job.pid, job.pid] in wake.closed
+        assert wake.end is WakeEnd.NOBODY and wake.end_pid == daemon, wake
+        assert "no longer in its tree" in wake.links[-1].note, wake
         job.wait(timeout=10)
         deadline = time.monotonic() + 10
         while psutil.pid_exists(daemon) and time.monotonic() < deadline:
