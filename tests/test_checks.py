@@ -12,7 +12,9 @@ import pytest
 from harness import dashboard
 from harness.analysis import checks
 from harness.config.scenario import load_scenario
-from tests.harness_cli import harness
+from harness.outcome import Kind
+from harness.vocab import CheckStatus
+from tests.harness_cli import harness, verdict_of
 
 # not `spread`: its replica runs read the end-of-run log the trainer leaves in the build
 # tree (the pin's run.cwd is the tree), so two runs of one build must not overlap
@@ -114,9 +116,9 @@ class TestReplicaRuns:
             report_root=tmp_path,
             env=cache_env,
         )
-        v = res.report["verdict"]
-        assert (res.code, v["kind"]) == (3, "error-exit")
-        assert "missing key [?] uptime" in v["summary"]
+        v = verdict_of(res.loaded)
+        assert (res.code, v.kind) == (3, Kind.ERROR_EXIT)
+        assert "missing key [?] uptime" in v.summary
 
     def test_too_few_steps_fixed_fails_epochs(
         self, tmp_path: Path, cache_env: dict[str, str]
@@ -131,9 +133,9 @@ class TestReplicaRuns:
             report_root=tmp_path,
             env=cache_env,
         )
-        v = res.report["verdict"]
-        assert (res.code, v["kind"]) == (1, "check-failed")
-        assert v["summary"].startswith("check failed: epochs >= 1")
+        v = verdict_of(res.loaded)
+        assert (res.code, v.kind) == (1, Kind.CHECK_FAILED)
+        assert v.summary.startswith("check failed: epochs >= 1")
 
     def test_out_of_bounds_reward_names_key_value_and_bound(
         self, tmp_path: Path, cache_env: dict[str, str]
@@ -151,9 +153,10 @@ class TestReplicaRuns:
             env=cache_env,
         )
         assert res.code == 1
-        failed = {c["name"]: c for c in res.report["checks"] if c["status"] == "fail"}
+        checks = res.loaded.checks
+        failed = {c.name: c for c in checks if c.status is CheckStatus.FAIL}
         perf = failed["env/perf in [0, 1]"]
-        assert perf["bound"] == "[0, 1]" and "env/perf = 1.5" in perf["message"]
+        assert perf.bound == "[0, 1]" and "env/perf = 1.5" in perf.message
         assert "env/score in [0, 864]" in failed
 
     def test_dropped_key_and_nan_loss(self, tmp_path: Path, cache_env: dict[str, str]) -> None:
@@ -170,6 +173,6 @@ class TestReplicaRuns:
             env=cache_env,
         )
         assert res.code == 1
-        failed = {c["name"] for c in res.report["checks"] if c["status"] == "fail"}
+        failed = {c.name for c in res.loaded.checks if c.status is CheckStatus.FAIL}
         assert "key env/score reported" in failed
         assert "losses finite" in failed
