@@ -18,8 +18,10 @@ import pytest
 
 from harness import outcome
 from harness.errors import HarnessError
+from harness.outcome import Kind
 from harness.triage import budget
 from harness.triage.model import SCHEMA_VERSION, Step, TriageResult
+from harness.triage.results import ExplainResult, FixesResult, KnobsResult, ReproduceResult
 from harness.triage.run import exit_code
 from harness.vocab import StepStatus, TriageStep
 from tests.harness_cli import ROOT
@@ -167,9 +169,13 @@ def _step_json(field: str) -> str:
         # found by review: values of the wrong type in a finished step were a traceback
         (_step_json('"runs_made": Infinity'), "is not a count"),
         (_step_json('"duration_s": "12"'), "is not a number of seconds"),
-        (_step_json('"result": {"run_s": "abc"}'), "is not a number of seconds"),
-        (_step_json('"result": {"counts": {"hang": "x"}}'), "is not a count"),
-        (_step_json('"result": {"kind": "bogus"}'), "damaged"),
+        # a result is read by its step's dataclass (triage/results.py): the key is named
+        (_step_json('"result": {"run_s": "abc"}'), "result.run_s: Input should be a valid"),
+        (_step_json('"result": {"run_s": -1}'), "result.run_s: Input should be greater"),
+        (_step_json('"result": {"counts": {"hang": "x"}}'), "result.counts.hang: Input"),
+        (_step_json('"result": {"counts": {"hung": 1}}'), "result.counts.hung"),
+        (_step_json('"result": {"kind": "bogus"}'), "result.kind: Input should be"),
+        (_step_json('"result": {"failure_rate": 1.5}'), "result.failure_rate"),
     ],
 )
 def test_resume_refuses_a_damaged_or_newer_triage(
@@ -255,35 +261,31 @@ def test_replica_triage(
         assert result.finished_at and result.host.get("kernel")
         assert all(s.status is not StepStatus.PENDING for s in result.steps)
 
-        rep = _step(result, TriageStep.REPRODUCE).result
-        assert (rep["kind"], rep["location"], rep["cause"]) == (
-            "hang",
-            "env_start",
-            "openmp-after-fork",
-        )
-        assert rep["runs"] == budget.FIRST_ROUND and rep["counts"] == {"hang": 4}  # alike: stop
-        first = result.directory / rep["first_failure"]
-        assert (first / "report.json").is_file()
+        rep = result.found(ReproduceResult)
+        assert (rep.kind, rep.location, rep.cause) == ("hang", "env_start", "openmp-after-fork")
+        assert rep.runs == budget.FIRST_ROUND and rep.counts == {Kind.HANG: 4}  # alike: stop
+        assert rep.first_failure is not None
+        assert (result.directory / rep.first_failure / "report.json").is_file()
 
-        exp = _step(result, TriageStep.EXPLAIN).result
-        assert exp["causes"][0]["id"] == "openmp-after-fork" and exp["location"] == "env_start"
-        assert any("waits for child" in w for w in exp["waits"]), exp["waits"]
-        assert "no history to blame" in exp["blame_skipped"]
-        probes = {d["name"]: d for d in exp["doctor"]}
-        assert "libgomp fork hazard" in probes["openmp-after-fork"]["detail"]
+        exp = result.found(ExplainResult)
+        assert exp.causes[0].id == "openmp-after-fork" and exp.location == "env_start"
+        assert any("waits for child" in w for w in exp.waits), exp.waits
+        assert "no history to blame" in exp.blame_skipped
+        probes = {d.name: d for d in exp.doctor}
+        assert "libgomp fork hazard" in probes["openmp-after-fork"].detail
 
-        knobs = {k["label"]: k for k in _step(result, TriageStep.KNOBS).result["knobs"]}
-        assert knobs["--vec.num_buffers"]["effect"] == "ruled-out", knobs["--vec.num_buffers"]
+        knobs = {k.label: k for k in result.found(KnobsResult).knobs}
+        assert knobs["--vec.num_buffers"].effect == "ruled-out", knobs["--vec.num_buffers"]
         assert "OMP_WAIT_POLICY" in knobs  # the top cause's knobs come after the pin's
         # a team of one needs no pool thread: the hang goes (the pin's and the cause's note)
-        assert knobs["OMP_THREAD_LIMIT"]["effect"] == "changes", knobs["OMP_THREAD_LIMIT"]
+        assert knobs["OMP_THREAD_LIMIT"].effect == "changes", knobs["OMP_THREAD_LIMIT"]
         for k in knobs.values():
-            assert (result.directory / k["folder"] / "sweep.json").is_file()
+            assert (result.directory / (k.folder or "?") / "sweep.json").is_file()
 
-        fixes = _step(result, TriageStep.FIXES)
-        assert fixes.result["fix_variant"] == "fixed" and fixes.result["decision"] == "confirmed"
-        assert any("omp-free" in c or "patch" in c for c in fixes.result["changes"])
-        assert (result.directory / fixes.result["folder"] / "compare.json").is_file()
+        fixes = result.found(FixesResult)
+        assert fixes.fix_variant == "fixed" and fixes.decision == "confirmed"
+        assert any("omp-free" in c or "patch" in c for c in fixes.changes)
+        assert (result.directory / (fixes.folder or "?") / "compare.json").is_file()
 
         history = _step(result, TriageStep.HISTORY)
         assert history.status is StepStatus.SKIPPED and "no git source" in history.reason
@@ -339,10 +341,10 @@ def test_not_reproduced_here_nor_under_the_pins_host(
     )
     assert res.returncode == outcome.TriageExit.NOT_REPRODUCED, res.stderr[-3000:]
     _, result = _loaded(_folder(tmp_path))
-    rep = _step(result, TriageStep.REPRODUCE).result
-    assert [t["host"] for t in rep["tried_hosts"]] == [None, "container-1cpu"]
-    assert all(t["summary"].startswith("pass 4/4") for t in rep["tried_hosts"])
-    assert rep["first_failure"] is None and not result.reproduced
+    rep = result.found(ReproduceResult)
+    assert [t.host for t in rep.tried_hosts] == [None, "container-1cpu"]
+    assert all(t.summary.startswith("pass 4/4") for t in rep.tried_hosts)
+    assert rep.first_failure is None and not result.reproduced
     for name in (TriageStep.EXPLAIN, TriageStep.FIXES, TriageStep.KNOBS, TriageStep.HISTORY):
         s = _step(result, name)
         assert s.status is StepStatus.SKIPPED and s.reason.startswith("nothing reproduced")

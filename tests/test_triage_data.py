@@ -273,3 +273,29 @@ def test_pin_show_prints_the_triage_table(tmp_path: Path) -> None:
         "    known_good  -",
         "    hosts       container-1cpu",
     ]
+
+
+def test_a_cause_rules_doctor_probes_are_the_doctors() -> None:
+    """A rule's `doctor` names `harness doctor`'s probes (Explain runs them when the cause
+    is on top): every shipped name is one, and openmp-after-fork asks about the fork."""
+    from harness.doctor import probe_names
+
+    named = {n for r in shipped_rules() for n in r.doctor}
+    assert {"openmp-after-fork", "openmp"} <= named
+    assert named <= set(probe_names())
+
+
+def test_a_doctor_probe_that_does_not_exist_is_the_rules_one_line_error(tmp_path: Path) -> None:
+    from harness.triage.explain import doctor_facts
+
+    path = tmp_path / "causes.toml"
+    path.write_text(
+        'schema_version = 1\n[[causes]]\nid = "x"\ndetector = "output"\nkinds = ["hang"]\n'
+        'params = { regex = "boom" }\nsentence = "boom"\ndoctor = ["no-such-probe"]\n'
+    )
+    (rule,) = rules_of_files([("causes.toml", path)])
+    with pytest.raises(HarnessError) as info:
+        doctor_facts(rule, 5.0)
+    message = info.value.message
+    assert info.value.exit_code == USAGE and "\n" not in message
+    assert "cause x: doctor: no doctor probe 'no-such-probe' (known: " in message

@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
+from harness.outcome import Kind
 from harness.pipeline.options import RunOptions
 from harness.report.live import LiveProgress
 from harness.triage.history import history_step
 from harness.triage.model import Step, TriageOptions, TriageResult
+from harness.triage.results import HistoryResult, ReproduceResult, SearchedCommit
 from harness.vocab import StepStatus, TriageStep
 from tests.gitrepo import ROOT, SUBJECTS, History, make_history, plan_with, write_scenario
 
@@ -59,10 +61,10 @@ def triage(
     result = TriageResult(env="breakout", directory=tmp / "triage", steps=steps, pin=pin or "")
     rep = result.step(TriageStep.REPRODUCE)
     rep.status = StepStatus.DONE
-    # triage/steps.py's keys; result.reproduced is only set once every step has run
-    rep.result = {"kind": "hang", "location": "env_start", "failures": 1, "ran": 1}
+    # result.reproduced is only set once every step has run
+    rep.result = ReproduceResult(kind=Kind.HANG, location="env_start", failures=1, ran=1)
     if per_run_s is not None:
-        rep.result.update(run_s=per_run_s, build_s=0.0)
+        rep.result = replace(rep.result, run_s=per_run_s, build_s=0.0)
     return TriageOptions(run=run), result
 
 
@@ -82,29 +84,31 @@ def test_finds_a_passing_commit_and_names_compact_everything(
     step, directory, took = found
     assert step.status is StepStatus.DONE, (step.reason, step.result)
     r = step.result
-    assert r["bad"] == hist.commits[-1]
+    assert isinstance(r, HistoryResult)
+    assert r.bad == hist.commits[-1]
     # searched back 1, 2, 4 commits: bad, bad, good
-    assert [(s["sha"], s["classification"]) for s in r["searched"]] == [
+    assert [(s.sha, s.classification) for s in r.searched] == [
         (hist.commits[6], "bad"),
         (hist.commits[5], "bad"),
         (hist.commits[4], "bad"),
         (hist.commits[2], "good"),
     ]
-    assert r["good"] == hist.commits[2] and r["good_how"] == "searched back 4 commits"
-    assert r["status"] == "found"
-    fb = r["first_bad"]
-    assert fb["sha"] == hist.first_bad and fb["subject"] == SUBJECTS["hang"]
-    assert fb["author"] == "Bisect Test <bisect@example.invalid>" and fb["date"]
+    assert r.good == hist.commits[2] and r.good_how == "searched back 4 commits"
+    assert r.status == "found"
+    fb = r.first_bad
+    assert fb is not None and fb.sha == hist.first_bad and fb.subject == SUBJECTS["hang"]
+    assert fb.author == "Bisect Test <bisect@example.invalid>" and fb.date
     # the pragma's line: one added line in the located file
-    assert fb["diffstat"] == "src/vecenv.h +1 -0", fb["diffstat"]
-    assert fb["blame"] and fb["blame"]["file"] == "src/vecenv.h"
-    assert fb["blame"]["pragma_introduced"]["sha"] == hist.first_bad
+    assert fb.diffstat == "src/vecenv.h +1 -0", fb.diffstat
+    assert fb.blame is not None and fb.blame.file == "src/vecenv.h"
+    assert fb.blame.pragma_introduced is not None
+    assert fb.blame.pragma_introduced.sha == hist.first_bad
     assert step.headline == (
         f'first bad commit {hist.first_bad[:12]} "compact everything" (src/vecenv.h +1 -0)'
     )
     # five commits tested, each once: the bisect reused the search back's four
     assert step.runs_made == 5 and step.builds_made == 5, (step.runs_made, step.builds_made)
-    folder = directory / r["folder"]
+    folder = directory / (r.folder or "?")
     assert folder.parent == directory / "steps" / "history"
     report = json.loads((folder / "report.json").read_text())
     assert report["status"] == "found"
@@ -144,10 +148,9 @@ def test_budget_that_ends_the_search_back(
     assert step.status is StepStatus.SKIPPED, step
     assert step.reason == "the budget ran out"
     assert step.headline == "no passing commit within 0 commits back; the budget ran out"
-    assert step.result["status"] == "no-good" and "good" not in step.result
-    assert step.result["searched"] == [
-        {"sha": hist.commits[-1], "classification": "bad", "how": "bad end", "back": 0}
-    ]
+    assert isinstance(step.result, HistoryResult)
+    assert step.result.status == "no-good" and step.result.good is None
+    assert step.result.searched == (SearchedCommit(hist.commits[-1], "bad", "bad end", 0),)
     assert step.runs_made == 1 and step.builds_made == 0
 
 
@@ -256,7 +259,8 @@ def test_resume_does_not_redo_finished_steps(hist: History, tmp_path: Path) -> N
 
 def test_not_reproduced_is_skipped(hist: History, tmp_path: Path) -> None:
     opts, result = triage(tmp_path, str(hist.pin), hist)
-    result.step(TriageStep.REPRODUCE).result.update(kind="pass", failures=0, ran=4)
+    rep = result.step(TriageStep.REPRODUCE)
+    rep.result = ReproduceResult(kind=Kind.PASS, location="env_start", failures=0, ran=4)
     step = history_step(opts, result, 600.0, LiveProgress.off())
     assert step.status is StepStatus.SKIPPED and step.runs_made == 0
     assert step.reason == "the failure did not reproduce here: no first bad commit to look for"

@@ -163,6 +163,9 @@ class Rule:
     params: Mapping[str, Any] = field(default_factory=dict)
     where: str = ""  # the file it came from, for errors
     knobs: tuple[TriageKnob, ...] = ()  # what `harness triage` tries when this cause is on top
+    # the doctor probes that bear on this cause: `harness triage`'s Explain runs them when
+    # it is on top (names of `harness doctor`'s probes, checked when they run)
+    doctor: tuple[str, ...] = ()
     # a reading of last resort (the wake graph's, data/causes/wake.toml): read only when no
     # other rule names the run, and then only the first fallback that finds something
     fallback: bool = False
@@ -223,6 +226,8 @@ class CauseModel(Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     # knobs that can change this cause's outcome: `harness triage` sweeps them
     knobs: KnobList = Field(default_factory=list)
+    # the doctor probes that bear on it: triage's Explain runs them when it is on top
+    doctor: StrList = Field(default_factory=list)
     # read only when no other rule names the run; the first fallback that finds wins
     fallback: bool = False
 
@@ -260,6 +265,7 @@ def rule_from_table(table: Mapping[str, Any], where: str) -> Rule:
         command=model.command,
         params=dict(model.params),
         knobs=tuple(k.knob() for k in model.knobs),
+        doctor=tuple(model.doctor),
         fallback=model.fallback,
     )
     for text in rule.templates:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from harness.doctor import gpu, host, openmp, tools, torchgpu, tracing
@@ -44,8 +45,10 @@ __all__ = [
     "exit_code",
     "main",
     "nvml_report",
+    "probe_names",
     "render",
     "run_doctor",
+    "run_probes",
     "to_json",
 ]
 
@@ -54,6 +57,21 @@ def run_doctor(timeout_s: float = 10.0, *, path: str | None = None) -> list[Prob
     """Run every probe in order; `path` replaces PATH for finding tools (tests use it)."""
     ctx = ProbeContext.make(timeout_s, path)
     return [guarded(name, fn, ctx) for name, fn in _probes()]
+
+
+def run_probes(names: Sequence[str], timeout_s: float) -> list[Probe]:
+    """The named probes only (a cause rule's `doctor`), in the order given; a name that is
+    not a probe is a ValueError that lists the known ones."""
+    known = dict(_probes())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"no doctor probe {unknown[0]!r} (known: {', '.join(known)})")
+    ctx = ProbeContext.make(timeout_s, None)
+    return [guarded(name, known[name], ctx) for name in names]
+
+
+def probe_names() -> list[str]:
+    return [name for name, _ in _probes()]
 
 
 def _probes() -> list[tuple[str, ProbeFn]]:

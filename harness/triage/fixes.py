@@ -24,6 +24,7 @@ from harness.report.runs import RunRow
 from harness.stats import separated
 from harness.triage import budget
 from harness.triage.model import Step
+from harness.triage.results import FixesResult, VariantFact
 from harness.triage.steps import Context, builds_made
 from harness.vocab import SourceKind, StepStatus, TriageStep, VariantKind
 
@@ -98,40 +99,41 @@ def fixes(ctx: Context) -> Step:
     base_rate = failure_rate(res.rows[:1])
     confirmed = [r.variant for r in res.rows[1:] if separated(failure_rate([r]), base_rate)]
     fix = confirmed[0] if confirmed and base_rate.failures else None
-    step.result = {
-        "folder": ctx.rel(out),
-        "decision": str(res.judged.decision),
-        "confirmed": confirmed if fix else [],
-        "fix_variant": fix,
-        "variants": [
-            {
-                "variant": r.variant,
-                "summary": r.summary,
-                "runs": ran([r]),
-                "kinds": {str(k): n for k, n in r.kinds.items()},
-                "folder": ctx.rel(r.report_dir),
-            }
-            for r in res.rows
-        ],
-        "summary": res.why,
-        "changes": _changes(res.rows, fix),
-        "left_out": left_out,
-        "cap": cap,
-    }
-    step.runs.append(ctx.rel(out) or "")
-    step.status = StepStatus.DONE
+    fix_text = ""
     if fix:  # its own comparison: "passes" only where it never failed
         fixed = next(r for r in res.rows if r.variant == fix)
         rate = failure_rate([fixed])
-        step.result["fix_text"] = (
+        fix_text = (
             f"{fix} passes {rate.runs}/{rate.runs} runs against {base_rate.text()} of "
             f"{res.rows[0].variant}"
             if rate.failures == 0
             else f"{fix} cuts the failures from {base_rate.text()} to {rate.text()}"
         )
-        step.headline = step.result["fix_text"]
-    else:
-        step.headline = res.why
+    variants_run = tuple(
+        VariantFact(
+            r.variant,
+            r.summary,
+            ran([r]),
+            dict(r.kinds),
+            ctx.rel(r.report_dir),
+        )
+        for r in res.rows
+    )
+    step.result = FixesResult(
+        folder=ctx.rel(out),
+        decision=res.judged.decision,
+        confirmed=tuple(confirmed) if fix else (),
+        fix_variant=fix,
+        fix_text=fix_text,
+        variants=variants_run,
+        summary=res.why,
+        changes=tuple(_changes(res.rows, fix)),
+        left_out=tuple(left_out),
+        cap=cap,
+    )
+    step.runs.append(ctx.rel(out) or "")
+    step.status = StepStatus.DONE
+    step.headline = fix_text or res.why
     return step
 
 

@@ -27,7 +27,8 @@ from harness.config.defaults import default_pin
 from harness.config.pin import Pin, load_pin
 from harness.errors import HarnessError, Interrupted
 from harness.report.live import LiveProgress
-from harness.report.reading import read_report_json
+from harness.report.load import load_report
+from harness.source.blame import HangBlame
 from harness.source.gitrepo import (
     HISTORY_TIMEOUT_S,
     CommitInfo,
@@ -40,9 +41,10 @@ from harness.stats import Rate
 from harness.triage import history_sought as sought
 from harness.triage.history_hunt import Hunt, OutOfBudget, ReusingBisect
 from harness.triage.model import Step, TriageOptions, TriageResult
+from harness.triage.results import FirstBad, HistoryResult, ReproduceResult
 from harness.vocab import BisectClass, BisectRole, BisectStatus, SourceKind, StepStatus, TriageStep
 
-NOT_REPRODUCED, NO_GOOD = "not-reproduced", "no-good"  # result["status"] besides bisect's
+NOT_REPRODUCED, NO_GOOD = "not-reproduced", "no-good"  # the result's status besides bisect's
 
 
 def history_step(
@@ -73,8 +75,8 @@ def _run(
     found = sought.reproduce(result)
     hazard = sought.hazard_sought(found)
     if (
-        found
-        and not (result.reproduced or found.get("failures") or found.get("first_failure"))
+        found != ReproduceResult()
+        and not (result.reproduced or found.failures or found.first_failure)
         and hazard is None
     ):
         step.status = StepStatus.SKIPPED
@@ -105,17 +107,25 @@ def _run(
     root = hunt.setup.root
     bad = commit_info(root, sought.bad_end(opts, pin, root))
     step.status = StepStatus.DONE
-    out: dict[str, Any] = {"bad": bad.sha, "expect": expected(bopts), "repeat": repeat}
-    out["searched"] = hunt.searched
-    step.result = out
+    step.result = HistoryResult(bad=bad.sha, expect=expected(bopts), repeat=repeat)
     try:
         _hunt(step, opts, pin, hunt, bad)
     finally:
         _count(step, hunt, result)
 
 
+def _found(step: Step, **changes: Any) -> None:
+    """The History result with `changes` (History learns its result a piece at a time)."""
+    before = step.result if isinstance(step.result, HistoryResult) else HistoryResult()
+    step.result = replace(before, **changes)
+
+
+def _result(step: Step) -> HistoryResult:
+    return step.result if isinstance(step.result, HistoryResult) else HistoryResult()
+
+
 def _hunt(step: Step, opts: TriageOptions, pin: Pin, hunt: Hunt, bad: CommitInfo) -> None:
-    out, root, bopts = step.result, hunt.setup.root, hunt.setup.opts
+    root, bopts = hunt.setup.root, hunt.setup.opts
     hunt.label(f"the bad end {bad.short}")
     try:
         end = hunt.note(hunt.test(bad, BisectRole.BAD_END), "bad end", 0)
@@ -123,7 +133,7 @@ def _hunt(step: Step, opts: TriageOptions, pin: Pin, hunt: Hunt, bad: CommitInfo
         step.status, step.reason = StepStatus.SKIPPED, "the budget ran out before the bad end ran"
         return
     if end.classification == BisectClass.GOOD:
-        out["status"] = NOT_REPRODUCED
+        _found(step, status=NOT_REPRODUCED)
         step.headline = (
             f"the bad end {bad.short} passed here ({len(end.runs)} runs): nothing to search"
         )
@@ -145,14 +155,14 @@ def _hunt(step: Step, opts: TriageOptions, pin: Pin, hunt: Hunt, bad: CommitInfo
             how = step.reason = "the budget ran out"
             step.status = StepStatus.SKIPPED
         if good is None:
-            out["status"] = NO_GOOD
-            deepest = max((int(s.get("back", 0)) for s in hunt.searched), default=0)
+            _found(step, status=NO_GOOD)
+            deepest = max((s.back or 0 for s in hunt.searched), default=0)
             step.headline = f"no passing commit within {deepest} commits back; {how}"
             return
-    out["good"], out["good_how"] = good.sha, how
+    _found(step, good=good.sha, good_how=how)
     hunt.label(f"bisect {good.short}..{bad.short}")
     res = prepare(replace(bopts, good=good.sha, bad=bad.sha))
-    out["folder"] = str(Path("steps", "history", res.directory.name))  # in the triage folder
+    _found(step, folder=str(Path("steps", "history", res.directory.name)))  # in the triage folder
     _bisect(step, res, hunt)
 
 
@@ -188,7 +198,6 @@ def _search_back(hunt: Hunt, pin: Pin, bad: CommitInfo) -> tuple[CommitInfo | No
 
 
 def _bisect(step: Step, res: BisectResult, hunt: Hunt) -> None:
-    out = step.result
     save(res)
     search = ReusingBisect(res, hunt)
     try:
@@ -209,63 +218,60 @@ def _bisect(step: Step, res: BisectResult, hunt: Hunt) -> None:
         raise
     else:
         finish(res, res.status)
-    out["status"] = str(res.status)
+    _found(step, status=str(res.status))
     if res.confidence is not None and res.setup.opts.repeat != 1:
-        out["confidence"] = round(res.confidence, 6)
+        _found(step, confidence=round(res.confidence, 6))
     if res.status is BisectStatus.FOUND and res.first_bad is not None:
-        out["first_bad"] = _first_bad(res)
-        fb = out["first_bad"]
-        stat = str(fb["diffstat"])
+        fb = _first_bad(res)
+        _found(step, first_bad=fb)
+        stat = fb.diffstat
         where = f" ({stat})" if stat and "\n" not in stat else ""
-        step.headline = f'first bad commit {fb["sha"][:12]} "{fb["subject"]}"{where}'
+        step.headline = f'first bad commit {fb.sha[:12]} "{fb.subject}"{where}'
     else:
-        out["possible"] = [c.sha for c in res.possible]
+        _found(step, possible=tuple(c.sha for c in res.possible))
         listed = ", ".join(c.short for c in res.possible[:6])
         more = f" … ({len(res.possible)} commits)" if len(res.possible) > 6 else ""
         why = f"; {step.reason}" if step.reason else ""
         step.headline = f"the first bad commit is one of {listed}{more}{why}"
 
 
-def _first_bad(res: BisectResult) -> dict[str, Any]:
+def _first_bad(res: BisectResult) -> FirstBad:
     assert res.first_bad is not None
     c, root = res.first_bad.commit, res.setup.root
     blame = _run_blame(res.first_bad)
-    info: dict[str, Any] = {"sha": c.sha, "subject": c.subject, "author": c.author, "date": c.date}
-    file = blame.get("file") if blame else None
-    if isinstance(file, str) and file:
+    diffstat = res.diffstat
+    if blame is not None and blame.file:
+        file = blame.file
         args = ("diff", "--numstat", "--no-ext-diff", "--no-textconv", f"{c.sha}^1", c.sha)
         res_ = git_result(root, *args, "--", file, timeout=HISTORY_TIMEOUT_S)
         numstat = res_.stdout.split()
         # added and removed lines of the located file ("-" for a binary file)
-        info["diffstat"] = (
-            f"{file} +{numstat[0]} -{numstat[1]}" if numstat else f"{file}: unchanged"
-        )
-    else:
-        info["diffstat"] = res.diffstat
-    info["blame"] = blame
-    return info
+        diffstat = f"{file} +{numstat[0]} -{numstat[1]}" if numstat else f"{file}: unchanged"
+    return FirstBad(c.sha, c.subject, c.author, c.date, diffstat, blame)
 
 
-def _run_blame(rec: StepRecord) -> dict[str, Any] | None:
-    """The located line's blame from the decisive run's report.json (the run blames the
-    hang's line at the commit it built), or None."""
+def _run_blame(rec: StepRecord) -> HangBlame | None:
+    """The located line's blame from the decisive run's report (the run blames the hang's
+    line at the commit it built), or None."""
     run_dir = rec.decisive.report_dir
     if run_dir is None:
         return None
     try:
-        data = read_report_json(Path(run_dir))[1]
+        verdict = load_report(Path(run_dir)).verdict
     except HarnessError:
         return None
-    blame = (data.get("verdict") or {}).get("blame")
-    return blame if isinstance(blame, dict) else None
+    return verdict.blame if verdict is not None else None
 
 
 def _count(step: Step, hunt: Hunt, result: TriageResult) -> None:
     runs = [r for rec in hunt.made for r in rec.runs]
     step.runs_made = len(runs)
     step.builds_made = sum(bool(r.build_key) and not r.cache_hit for r in runs)
-    folder = step.result.get("folder")
+    if isinstance(step.result, HistoryResult):  # the commits tested, as far as it got
+        _found(step, searched=tuple(hunt.searched))
+    folder = _result(step).folder
     dirs = [os.path.relpath(r.report_dir, result.directory) for r in runs if r.report_dir]
     step.runs = ([folder] if folder else []) + dirs
-    if step.result.get("first_bad"):
-        result.first_bad = step.result["first_bad"]["sha"]
+    first_bad = _result(step).first_bad
+    if first_bad is not None:
+        result.first_bad = first_bad.sha

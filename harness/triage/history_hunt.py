@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from harness.bisect.model import BisectResult, Setup, StepRecord
 from harness.bisect.search import Search, save
@@ -19,6 +18,7 @@ from harness.bisect.steps import try_commit
 from harness.report.live import LiveProgress
 from harness.source.gitrepo import CommitInfo
 from harness.stats import Rate
+from harness.triage.results import SearchedCommit
 from harness.vocab import BisectClass, BisectRole
 
 
@@ -37,7 +37,7 @@ class Hunt:
     back: Path  # the search back's run folders
     known: dict[str, StepRecord] = field(default_factory=dict)
     made: list[StepRecord] = field(default_factory=list)  # tested here, in order
-    searched: list[dict[str, Any]] = field(default_factory=list)  # result["searched"]
+    searched: list[SearchedCommit] = field(default_factory=list)  # the result's `searched`
     timed: list[float] = field(default_factory=list)
     bad_rate: Rate | None = None
 
@@ -60,8 +60,7 @@ class Hunt:
         return rec
 
     def note(self, rec: StepRecord, how: str, back: int | None = None) -> StepRecord:
-        row = {"sha": rec.commit.sha, "classification": rec.classification, "how": how}
-        self.searched.append(row if back is None else {**row, "back": back})
+        self.searched.append(SearchedCommit(rec.commit.sha, rec.classification, how, back))
         return rec
 
     def record(self, rec: StepRecord, started: float) -> None:

@@ -6,7 +6,6 @@ prior for one commit's test, and the bad end and how far back its first-parent l
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from harness.bisect.model import Repeat
 from harness.config.hostprofile import load_host
@@ -18,6 +17,7 @@ from harness.pipeline.options import RunOptions
 from harness.report.live import LiveProgress
 from harness.source.gitrepo import HISTORY_TIMEOUT_S, git_result, head_commit, resolve
 from harness.triage.model import TriageOptions, TriageResult
+from harness.triage.results import ReproduceResult
 from harness.vocab import AUTO, HazardKind, StepStatus, TriageStep
 
 PRIOR_COMMIT_S = 30.0  # one commit's test (build + run) before any was timed here
@@ -30,33 +30,33 @@ EXPECT_OF = {
 }
 
 
-def reproduce(result: TriageResult) -> dict[str, Any]:
-    """What the Reproduce step found (triage/steps.py's keys), or nothing when it is not done."""
+def reproduce(result: TriageResult) -> ReproduceResult:
+    """What the Reproduce step found, or nothing (an empty result) when it is not done."""
     rep = next((s for s in result.steps if s.name is TriageStep.REPRODUCE), None)
-    return rep.result if rep is not None and rep.status is StepStatus.DONE else {}
+    done = rep is not None and rep.status is StepStatus.DONE
+    return result.found(ReproduceResult) if done else ReproduceResult()
 
 
-def expectation(found: dict[str, Any]) -> tuple[str, str | None, Repeat]:
+def expectation(found: ReproduceResult) -> tuple[str, str | None, Repeat]:
     """bisect's --expect, --location and --repeat from the Reproduce step: its kind at its
     location; one run per commit when every run reproduced, else `auto` (a sometimes-hang
     passes a bad commit by luck)."""
-    expect = EXPECT_OF.get(str(found.get("kind")), "any-failure")
-    where = found.get("location")
-    fails, runs = found.get("failures"), found.get("ran", found.get("runs"))
-    flaky = isinstance(fails, int) and isinstance(runs, int) and 0 < fails < runs
-    return expect, where if isinstance(where, str) and where else None, AUTO if flaky else 1
+    expect = EXPECT_OF.get(str(found.kind), "any-failure")
+    fails = found.failures
+    runs = found.ran if found.ran is not None else found.runs
+    flaky = fails is not None and runs is not None and 0 < fails < runs
+    return expect, found.location or None, AUTO if flaky else 1
 
 
-def hazard_sought(found: dict[str, Any]) -> HazardExpect | None:
+def hazard_sought(found: ReproduceResult) -> HazardExpect | None:
     """Where nothing failed but the runs recorded hazards: the one most runs saw, at the
     function that makes it one (a fork's child entering the runtime), as --expect hazard:…"""
-    hazards = found.get("hazards")
-    if found.get("failures") or not isinstance(hazards, list) or not hazards:
+    if found.failures or not found.hazards:
         return None
-    first = hazards[0]
+    first = found.hazards[0]
     try:
-        return HazardExpect(HazardKind(str(first.get("kind"))), str(first.get("trigger")) or None)
-    except (ValueError, AttributeError):
+        return HazardExpect(HazardKind(first.kind), first.trigger or None)
+    except ValueError:
         return None
 
 
@@ -64,21 +64,19 @@ def prior_s(result: TriageResult) -> float:
     """One commit's test before any was timed here: a build and a run as Reproduce timed
     them (every commit builds anew), else its time per run."""
     found, rep = reproduce(result), result.step(TriageStep.REPRODUCE)
-    run_s, build_s = found.get("run_s"), found.get("build_s")
-    if isinstance(run_s, int | float) and run_s > 0:
-        return float(run_s) + (float(build_s) if isinstance(build_s, int | float) else 0.0)
+    if found.run_s is not None and found.run_s > 0:
+        return found.run_s + (found.build_s or 0.0)
     if rep.duration_s and rep.runs_made:
         return max(1.0, rep.duration_s / rep.runs_made)
     return PRIOR_COMMIT_S
 
 
-def run_options(opts: TriageOptions, found: dict[str, Any], progress: LiveProgress) -> RunOptions:
+def run_options(opts: TriageOptions, found: ReproduceResult, progress: LiveProgress) -> RunOptions:
     """The triage's run, under the host profile Reproduce had to use (if any), as every
     other step runs it."""
     run = opts.run.but(progress=progress)
-    host = found.get("host")
-    if isinstance(host, str) and host:
-        profile = HostConditions.from_profile(load_host(host))
+    if found.host:
+        profile = HostConditions.from_profile(load_host(found.host))
         run = run.but(conditions=profile.merged(opts.run.conditions))
     return run
 

@@ -20,6 +20,7 @@ from harness.report.runs import RunRow
 from harness.triage import budget
 from harness.triage.explain import rule_of
 from harness.triage.model import Step
+from harness.triage.results import KnobFact, KnobsResult, ReproduceResult
 from harness.triage.steps import DEFAULT, Context, builds_made
 from harness.vocab import AxisKind, KnobEffect, StepStatus, TriageStep
 
@@ -32,7 +33,7 @@ def knobs(ctx: Context) -> Step:
     step = Step(TriageStep.KNOBS)
     baseline = _baseline_row(ctx)
     out_all = ctx.folder(TriageStep.KNOBS)
-    found: list[dict[str, Any]] = []
+    found: list[KnobFact] = []
     lines: list[str] = []
     for i, knob in enumerate(ctx.knobs):
         out = out_all / f"{i:02d}"
@@ -48,33 +49,33 @@ def knobs(ctx: Context) -> Step:
         write_matrix(table.matrix(), out)
         judged = _judge(knob.label, rows)
         found.append(
-            {
-                "label": knob.label,
-                "kind": str(knob.kind),
-                "name": knob.name,
-                "values": list(knob.values),
-                "effect": str(judged.effect),
-                "line": judged.line,
-                "folder": ctx.rel(out),
-            }
+            KnobFact(
+                knob.label,
+                str(knob.kind),
+                knob.name,
+                tuple(knob.values),
+                judged.effect,
+                judged.line,
+                ctx.rel(out),
+            )
         )
         lines.append(judged.line)
         step.runs.append(ctx.rel(out) or "")
-    by_effect: dict[str, list[str]] = {}
+    by_effect: dict[KnobEffect, list[str]] = {}
     for k in found:
-        by_effect.setdefault(k["effect"], []).append(k["label"])
+        by_effect.setdefault(k.effect, []).append(k.label)
     said = "; ".join(f"{_EFFECT[e]}: {', '.join(ls)}" for e, ls in by_effect.items())
-    step.result = {"folder": ctx.rel(out_all), "knobs": found, "lines": lines, "conclusion": said}
+    step.result = KnobsResult(ctx.rel(out_all), tuple(found), tuple(lines), said)
     step.status = StepStatus.DONE
     step.headline = said
     return step
 
 
 _EFFECT = {
-    str(KnobEffect.CHANGES): "changes the outcome",
-    str(KnobEffect.RULED_OUT): "ruled out",
-    str(KnobEffect.UNSETTLED): "unsettled",
-    str(KnobEffect.NOT_JUDGED): "not judged",
+    KnobEffect.CHANGES: "changes the outcome",
+    KnobEffect.RULED_OUT: "ruled out",
+    KnobEffect.UNSETTLED: "unsettled",
+    KnobEffect.NOT_JUDGED: "not judged",
 }
 
 
@@ -90,15 +91,16 @@ def _judge(label: str, rows: Sequence[RunRow]) -> Any:
 
 def _baseline_row(ctx: Context) -> RunRow:
     """Reproduce's runs as one row (what the default value of every knob did)."""
-    r = ctx.result.step(TriageStep.REPRODUCE).result
-    counts = {Kind(k): int(n) for k, n in (r.get("counts") or {}).items()}
+    r = ctx.result.found(ReproduceResult)
+    counts = dict(r.counts)
     return RunRow(
-        variant=str(r.get("variant") or compare_baseline()),
-        kind=Kind(r.get("kind") or Kind.ERROR),
-        location=r.get("location"),
-        cause=r.get("cause"),
-        summary=str(r.get("summary") or ""),
-        report_dir=str(ctx.result.directory / str(r.get("folder") or "")),
+        variant=r.variant or compare_baseline(),
+        kind=r.kind or Kind.ERROR,
+        mechanism=r.mechanism,
+        location=r.location,
+        cause=r.cause,
+        summary=r.summary,
+        report_dir=str(ctx.result.directory / (r.folder or "")),
         runs=sum(counts.values()),
         counts=counts,
     )

@@ -10,25 +10,38 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.pipeline.options import RunOptions
+from harness.triage.results import (
+    RESULTS,
+    ExplainResult,
+    FixesResult,
+    HistoryResult,
+    KnobsResult,
+    ReproduceResult,
+    StepResult,
+    read_result,
+    result_json,
+)
 from harness.vocab import StepStatus, TriageStep
 
 SCHEMA_VERSION = 1
+R = TypeVar("R", ReproduceResult, ExplainResult, KnobsResult, FixesResult, HistoryResult)
 
 
 @dataclass
 class Step:
-    """One step: what it found (`result`, the step's own keys, documented in
-    docs/triage.md), why it was skipped or failed, the run folders behind it (relative to
-    the triage folder), what it was expected to cost and what it took."""
+    """One step: what it found (`result`: the step's own dataclass of triage/results.py,
+    documented in docs/triage.md; None before it found anything), why it was skipped or
+    failed, the run folders behind it (relative to the triage folder), what it was
+    expected to cost and what it took."""
 
     name: TriageStep
     status: StepStatus = StepStatus.PENDING
     reason: str = ""
     headline: str = ""  # one sentence for people: "hang 4/4 in env_start (openmp-after-fork)"
-    result: dict[str, Any] = field(default_factory=dict)
+    result: StepResult | None = None
     runs: list[str] = field(default_factory=list)  # folders of its runs / tables
     estimate_s: float | None = None
     duration_s: float | None = None
@@ -41,7 +54,7 @@ class Step:
             "status": str(self.status),
             "reason": self.reason,
             "headline": self.headline,
-            "result": self.result,
+            "result": result_json(self.result),
             "runs": list(self.runs),
             "estimate_s": self.estimate_s,
             "duration_s": self.duration_s,
@@ -52,16 +65,16 @@ class Step:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Step:
         """A step read back; a value of the wrong type is a ValueError (a damaged file)."""
-        result = data.get("result") or {}
         runs = data.get("runs") or []
-        if not isinstance(result, dict) or not isinstance(runs, list):
-            raise ValueError(f"step {data.get('name')!r}: result or runs of the wrong type")
+        if not isinstance(runs, list):
+            raise ValueError(f"step {data.get('name')!r}: runs of the wrong type")
+        name = TriageStep(data["name"])
         return cls(
-            name=TriageStep(data["name"]),
+            name=name,
             status=StepStatus(data["status"]),
             reason=str(data.get("reason", "")),
             headline=str(data.get("headline", "")),
-            result=dict(result),
+            result=read_result(name, data.get("result")),
             runs=[str(r) for r in runs],
             estimate_s=seconds(data.get("estimate_s")),
             duration_s=seconds(data.get("duration_s")),
@@ -125,6 +138,13 @@ class TriageResult:
 
     def step(self, name: TriageStep) -> Step:
         return next(s for s in self.steps if s.name is name)
+
+    def found(self, kind: type[R]) -> R:
+        """What the step that records a `kind` found: its result, or an empty one (a step
+        not run yet, one that recorded nothing, or a file without that step)."""
+        name = next(n for n, c in RESULTS.items() if c is kind)
+        result = next((s.result for s in self.steps if s.name is name), None)
+        return result if isinstance(result, kind) else kind()
 
     def to_json(self) -> dict[str, Any]:
         return {

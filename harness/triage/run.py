@@ -23,14 +23,15 @@ from harness.config.scenario import load_scenario
 from harness.errors import HarnessError, Interrupted
 from harness.filenames import TRIAGE_JSON
 from harness.files import atomic_write
-from harness.outcome import Kind, TriageExit
+from harness.outcome import TriageExit
 from harness.pipeline.options import option_flags
 from harness.pipeline.stages import limits_for
 from harness.report import store
 from harness.report.model import now_stamp
 from harness.report.reading import read_json
 from harness.triage import budget, explain, fixes, knobs, steps
-from harness.triage.model import SCHEMA_VERSION, Step, TriageOptions, TriageResult, count, seconds
+from harness.triage.model import SCHEMA_VERSION, Step, TriageOptions, TriageResult
+from harness.triage.results import ExplainResult, FixesResult, HistoryResult, ReproduceResult
 from harness.vocab import SourceKind, StepStatus, TriageStep
 
 TRIAGE_JSON_LIMIT = 8 * 1024 * 1024  # a triage.json is a few KB; more is not ours
@@ -100,30 +101,6 @@ def _new(opts: TriageOptions, pin: Pin) -> TriageResult:
     return result
 
 
-def _check_done(step: Step) -> None:
-    """The values of a finished step that later steps read: of the right type, or a
-    ValueError (a damaged file: one line, not a traceback mid-triage)."""
-    r = step.result
-    for key in ("run_s", "build_s", "failure_rate"):
-        seconds(r.get(key))
-    for key in ("runs", "ran", "failures"):
-        count(r.get(key))
-    if step.name is TriageStep.REPRODUCE:
-        if r.get("kind") is not None:
-            Kind(r["kind"])
-        counts = r.get("counts") or {}
-        if not isinstance(counts, dict):
-            raise ValueError("reproduce: counts is not a table")
-        for kind, n in counts.items():
-            Kind(kind)
-            count(n)
-    causes = r.get("causes") or []
-    if not isinstance(causes, list) or not all(
-        isinstance(c, dict) and isinstance(c.get("id"), str) for c in causes
-    ):
-        raise ValueError(f"{step.name}: causes are not a list of causes")
-
-
 def _resume(opts: TriageOptions) -> TriageResult:
     """DIR/triage.json read bounded; a damaged file, a newer schema or another env's
     triage is one line (exit 5)."""
@@ -144,9 +121,6 @@ def _resume(opts: TriageOptions) -> TriageResult:
         )
     try:
         result = TriageResult.from_json(data, folder)
-        for s in result.steps:
-            if s.status is StepStatus.DONE:
-                _check_done(s)
     except (KeyError, ValueError, TypeError, OverflowError) as exc:
         raise HarnessError(f"{where}: damaged triage: {exc}", outcome.USAGE) from None
     if result.env != opts.run.env:
@@ -171,12 +145,12 @@ def _resume(opts: TriageOptions) -> TriageResult:
 
 def _costs(result: TriageResult, opts: TriageOptions, guess: float) -> budget.Costs:
     """What a run and a build cost: measured by a finished Reproduce, else a first guess."""
-    r = result.step(TriageStep.REPRODUCE).result
+    r = result.found(ReproduceResult)
     costs = budget.Costs(run_s=guess, jobs=opts.jobs)
     if result.step(TriageStep.REPRODUCE).status is StepStatus.DONE:
-        costs.run_s = float(r.get("run_s") or guess)
-        costs.build_s = float(r.get("build_s") or budget.DEFAULT_BUILD_S)
-        costs.cache_warm = bool(r.get("cache_warm"))
+        costs.run_s = r.run_s or guess
+        costs.build_s = r.build_s or budget.DEFAULT_BUILD_S
+        costs.cache_warm = bool(r.cache_warm)
     return costs
 
 
@@ -213,13 +187,14 @@ def _not_applicable(ctx: steps.Context, name: TriageStep) -> str | None:
     repro = ctx.result.step(TriageStep.REPRODUCE)
     if repro.status is not StepStatus.DONE:
         return f"Reproduce did not run ({repro.status}: {repro.reason})"
-    if not repro.result.get("first_failure"):
-        if name is TriageStep.HISTORY and repro.result.get("hazards"):
+    found = ctx.result.found(ReproduceResult)
+    if not found.first_failure:
+        if name is TriageStep.HISTORY and found.hazards:
             return None  # the hazards the runs saw are bisected instead (docs/hazards.md)
-        return "nothing reproduced here: " + str(repro.result.get("summary", ""))
+        return "nothing reproduced here: " + found.summary
     if name is TriageStep.KNOBS:
-        top = ctx.result.step(TriageStep.EXPLAIN).result.get("causes") or []
-        ctx.knobs = knobs.knobs_of(ctx.pin, top[0]["id"] if top else repro.result.get("cause"))
+        top = ctx.result.found(ExplainResult).causes
+        ctx.knobs = knobs.knobs_of(ctx.pin, top[0].id if top else found.cause)
         if not ctx.knobs:
             return "no knobs: the pin declares none and the top cause suggests none"
     return None
@@ -306,17 +281,13 @@ def _conclude(ctx: steps.Context) -> None:
     """What the steps say together: reproduced, the fix, the first bad commit, a line each,
     and the exact commands."""
     result = ctx.result
-    repro = result.step(TriageStep.REPRODUCE)
     fixes = result.step(TriageStep.FIXES)
     history = result.step(TriageStep.HISTORY)
-    result.reproduced = bool(repro.result.get("first_failure"))
-    result.fix_confirmed = (
-        fixes.result.get("fix_variant") if fixes.status is StepStatus.DONE else None
-    )
-    first_bad = history.result.get("first_bad") if history.status is StepStatus.DONE else None
-    if isinstance(first_bad, dict):  # history.py: {sha, subject, diffstat, blame}
-        first_bad = first_bad.get("sha")
-    result.first_bad = str(first_bad) if first_bad else None
+    result.reproduced = bool(result.found(ReproduceResult).first_failure)
+    done_fixes, done_history = (s.status is StepStatus.DONE for s in (fixes, history))
+    result.fix_confirmed = result.found(FixesResult).fix_variant if done_fixes else None
+    first_bad = result.found(HistoryResult).first_bad if done_history else None
+    result.first_bad = first_bad.sha if first_bad is not None else None
     lines = []
     for s in result.steps:
         if s.status is StepStatus.DONE:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from harness.config.causes import KNOB_DEFAULT
 from harness.config.defaults import compare_baseline
@@ -39,6 +38,7 @@ from harness.report.repeat import combine, failure_rate, groups, repeat_matrix
 from harness.report.runs import RunRow
 from harness.triage import budget
 from harness.triage.model import Step, TriageOptions, TriageResult
+from harness.triage.results import HazardSeen, ReproduceResult, TriedHost
 from harness.vocab import StepStatus, TriageStep
 
 DEFAULT = KNOB_DEFAULT  # a knob's value where no override is given (Reproduce's runs)
@@ -77,8 +77,7 @@ class Context:
 
     def host(self) -> str | None:
         """The host profile Reproduce reproduced under (None: the host as it is)."""
-        value = self.result.step(TriageStep.REPRODUCE).result.get("host")
-        return str(value) if value else None
+        return self.result.found(ReproduceResult).host or None
 
     def base(self, host: str | None = None) -> RunOptions:
         """The runs of every step: the scenario's options and limits, the baseline variant,
@@ -165,15 +164,15 @@ def reproduce(ctx: Context) -> Step:
     """The baseline repeated until a rate can be stated; where it does not fail here, under
     each of the pin's host profiles in turn until one reproduces it."""
     step = Step(TriageStep.REPRODUCE)
-    tried: list[dict[str, Any]] = []
+    tried: list[TriedHost] = []
     found: tuple[list[RunRow], Path, str | None] | None = None
     for host in (None, *ctx.hosts):
         if host is not None and ctx.left() < budget.estimate_reproduce(ctx.costs):
-            tried.append({"host": host, "summary": "not tried: " + _no_time(ctx)})
+            tried.append(TriedHost(host, "not tried: " + _no_time(ctx)))
             continue
         rows, out = _repeat(ctx, step, host)
         combined = combine(rows, {}, compare_baseline(), out)
-        tried.append({"host": host, "summary": combined.summary})
+        tried.append(TriedHost(host, combined.summary))
         found = (rows, out, host)
         if failure_rate(rows).failures:
             break
@@ -181,10 +180,10 @@ def reproduce(ctx: Context) -> Step:
     rows, out, host = found
     if not failure_rate(rows).failures:  # nowhere: the host as it is speaks for the rows
         host = None
-    step.result = _reproduce_result(ctx, rows, out, host, tried)
+    step.result = result = _reproduce_result(ctx, rows, out, host, tried)
     step.runs.append(ctx.rel(out) or "")
     step.status = StepStatus.DONE
-    step.headline = _reproduce_headline(step.result)
+    step.headline = _reproduce_headline(result)
     return step
 
 
@@ -192,10 +191,10 @@ def _no_time(ctx: Context) -> str:
     return f"{max(0.0, ctx.left()):.0f} s left"
 
 
-def hazards_seen(rows: Sequence[RunRow]) -> list[dict[str, Any]]:
+def hazards_seen(rows: Sequence[RunRow]) -> list[HazardSeen]:
     """The hazards the runs recorded (--hazards), once each, most often seen first: what a
     triage that cannot reproduce the failure still has to say (and bisects)."""
-    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    seen: dict[tuple[str, str], HazardSeen] = {}
     for row in rows:
         try:
             found = load_report(Path(row.report_dir)).hazards if row.report_dir else None
@@ -203,61 +202,54 @@ def hazards_seen(rows: Sequence[RunRow]) -> list[dict[str, Any]]:
             continue
         for h in found.hazards if found is not None else []:
             key = (h.kind.value, h.where)
-            if key not in seen:
-                seen[key] = {
-                    "kind": h.kind.value,
-                    "where": h.where,
-                    "trigger": h.trigger or h.location,
-                    "summary": h.line(),
-                    "runs": 0,
-                }
-            seen[key]["runs"] += 1
-    return sorted(seen.values(), key=lambda h: -int(h["runs"]))
+            first = HazardSeen(h.kind.value, h.where, h.trigger or h.location, h.line(), 0)
+            before = seen.get(key, first)
+            seen[key] = replace(before, runs=before.runs + 1)
+    return sorted(seen.values(), key=lambda h: -h.runs)
 
 
 def _reproduce_result(
-    ctx: Context, rows: list[RunRow], out: Path, host: str | None, tried: list[dict[str, Any]]
-) -> dict[str, Any]:
+    ctx: Context, rows: list[RunRow], out: Path, host: str | None, tried: list[TriedHost]
+) -> ReproduceResult:
     row = combine(rows, {}, compare_baseline(), out)
     rate = failure_rate(rows)
     found = groups(rows)
-    return {
-        "variant": compare_baseline(),
-        "host": host,
-        "runs": sum(r.runs for r in rows),
-        "counts": {str(k): n for k, n in row.kinds.items()},
-        "failures": rate.failures,
-        "ran": rate.runs,
-        "failure_rate": rate.value,
-        "failure_rate_ci95": list(rate.ci95),
-        "summary": row.summary,
-        "kind": str(row.kind),
-        "mechanism": str(row.mechanism) if row.mechanism else None,
-        "location": row.location,
-        "cause": row.cause,
-        "folder": ctx.rel(out),
-        "first_failure": ctx.rel(found[0].first_run) if found else None,
-        "tried_hosts": tried,
-        "hazards": hazards_seen(rows) if ctx.opts.run.hazards else [],
+    return ReproduceResult(
+        variant=compare_baseline(),
+        host=host,
+        runs=sum(r.runs for r in rows),
+        counts=dict(row.kinds),
+        failures=rate.failures,
+        ran=rate.runs,
+        failure_rate=rate.value,
+        failure_rate_ci95=rate.ci95,
+        summary=row.summary,
+        kind=row.kind,
+        mechanism=row.mechanism,
+        location=row.location,
+        cause=row.cause,
+        folder=ctx.rel(out),
+        first_failure=ctx.rel(found[0].first_run) if found else None,
+        tried_hosts=tuple(tried),
+        hazards=tuple(hazards_seen(rows)) if ctx.opts.run.hazards else (),
         # what the budget reads on --resume (one run's whole time, the builds' state)
-        "run_s": round(ctx.costs.run_s, 2),
-        "build_s": round(ctx.costs.build_s, 2),
-        "cache_warm": ctx.costs.cache_warm,
-    }
+        run_s=round(ctx.costs.run_s, 2),
+        build_s=round(ctx.costs.build_s, 2),
+        cache_warm=ctx.costs.cache_warm,
+    )
 
 
-def _reproduce_headline(r: dict[str, Any]) -> str:
-    where = f" in {r['location']}" if r.get("location") else ""
-    why = f" ({r['cause']})" if r.get("cause") else ""
-    host = f" under --host {r['host']}" if r.get("host") else ""
-    if not r.get("first_failure"):
-        hazards = r.get("hazards") or []
-        seen = f"; hazards seen: {len(hazards)}: {hazards[0]['summary']}" if hazards else ""
-        return f"not reproduced{host}: {r['summary']}{seen}"
-    failed = round(r["failure_rate"] * ran_of(r))
-    return f"{r['kind']} {failed}/{ran_of(r)}{where}{why}{host}"
+def _reproduce_headline(r: ReproduceResult) -> str:
+    where = f" in {r.location}" if r.location else ""
+    why = f" ({r.cause})" if r.cause else ""
+    host = f" under --host {r.host}" if r.host else ""
+    if not r.first_failure:
+        seen = f"; hazards seen: {len(r.hazards)}: {r.hazards[0].summary}" if r.hazards else ""
+        return f"not reproduced{host}: {r.summary}{seen}"
+    failed = round((r.failure_rate or 0.0) * ran_of(r))
+    return f"{r.kind} {failed}/{ran_of(r)}{where}{why}{host}"
 
 
-def ran_of(r: dict[str, Any]) -> int:
-    not_ran = {str(Kind.ERROR), str(Kind.INTERRUPTED), str(Kind.BUILD_FAILED)}
-    return sum(int(n) for k, n in (r.get("counts") or {}).items() if k not in not_ran)
+def ran_of(r: ReproduceResult) -> int:
+    not_ran = {Kind.ERROR, Kind.INTERRUPTED, Kind.BUILD_FAILED}
+    return sum(n for k, n in r.counts.items() if k not in not_ran)

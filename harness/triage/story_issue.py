@@ -152,8 +152,9 @@ def _blame(r: TriageResult) -> list[str]:
             "- **the commit that brought its construct in**: "
             + _commit(blame.pragma_introduced or blame.pragma_commit)
         )
-    else:
-        out.append(f"- **the located line**: {t('not known: no blame (not a git source?)')}")
+    else:  # the run says why it did not blame ("no history to blame: a path source")
+        why = r.found(ExplainResult).blame_skipped or "no blame (not a git source?)"
+        out.append(f"- **the located line**: {t(f'not known: {why}')}")
     out.append("")
     missing = not_investigated(hist)
     res = r.found(HistoryResult)
