@@ -81,6 +81,15 @@ class Trigger(StrEnum):
     CLOSED = "closed"
 
 
+class RunCwd(StrEnum):
+    """Where a pin's trainer runs ([run] cwd)."""
+
+    # a folder of the run's own in its report that shows the build tree's entries through
+    # links, but those the trainer writes ([run] writes) fresh: upstream reads ./config
+    TREE = "tree"
+    REPORT = "report"  # a fresh, empty folder in the run's report
+
+
 class StackToolName(StrEnum):
     """The stack tools (sampling/tools.py TOOLS): a frame's source, a --native choice."""
 

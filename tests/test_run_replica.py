@@ -3,13 +3,16 @@ the fixed build passing, interruption, and bad input. Real builds, real processe
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from harness.report.load import load_report
 from tests.harness_cli import harness, tree_is_gone
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.spread]
@@ -137,3 +140,35 @@ def test_missing_eu_stack_falls_back_to_gdb(tmp_path: Path, cache_env: dict[str,
     assert report["samples"]["tools"]["eu-stack"] == "missing"
     assert report["samples"]["tools"]["gdb"] == "used"
     assert report["verdict"]["location"] == "env_start"
+
+
+@pytest.mark.slow
+def test_a_run_reads_its_own_end_of_run_log_not_the_trees(tmp_path: Path) -> None:
+    """Runs of one cached build at once (--jobs, compare, a sweep, the suite's workers) all
+    ran in the build tree, and a run's checks read the newest end-of-run log there: another
+    run's, when that one ended in between (CI saw `agent_steps reached 1e+06 of 1.04858e+06
+    requested` on a 4-epoch run). A run now works in a folder of its own in its report (the
+    tree's entries linked, logs/ and checkpoints/ its own). Shown with a decoy: a newer log
+    in the tree's logs/ that a run reading the tree would take (1 step trained)."""
+    cache = {"HARNESS_CACHE_DIR": str(tmp_path / "cache")}
+    first = harness("run", "breakout", "--variant", "fixed", report_root=tmp_path / "a", env=cache)
+    assert first.code == 0, first.stderr
+    tree = Path(str(first.report["build"]["tree"]))
+    decoy = tree / "logs" / "breakout" / "decoy.ini"
+    decoy.parent.mkdir(parents=True, exist_ok=True)
+    decoy.write_text("[metrics]\nagent_steps = 1\nepoch = 0\n")
+    later = time.time() + 3600  # newer than anything the next run writes
+    os.utime(decoy, (later, later))
+
+    res = harness("run", "breakout", "--variant", "fixed", report_root=tmp_path / "b", env=cache)
+    assert res.code == 0, res.report["verdict"]
+    report = load_report(res.folder)
+    assert report.progress.final_metrics["agent_steps"] == 4 * 262144
+    assert report.command is not None and Path(report.command.cwd) == res.folder / "workdir"
+    # what the trainer wrote is its own; the links it saw the tree through are gone (an
+    # artifact upload of the report would follow them into the build tree)
+    work = res.folder / "workdir"
+    assert not any(p.is_symlink() for p in work.iterdir()), list(work.iterdir())
+    assert (work / "logs").is_dir() and decoy.is_file()
+    assert [p.name for p in (work / "logs" / "breakout").glob("*.ini")] != ["decoy.ini"]
+    assert len(list((work / "logs" / "breakout").glob("*.ini"))) == 1

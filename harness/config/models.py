@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 
@@ -33,7 +33,7 @@ from harness.config.fields import (
 )
 from harness.config.schema_errors import is_config_file, show
 from harness.config.signatures import SignatureModel
-from harness.vocab import SourceKind
+from harness.vocab import RunCwd, SourceKind
 
 PIN_SCHEMA_VERSION = 1
 
@@ -109,7 +109,10 @@ class RunModel(Strict):
     """[run]: the trainer's command and where it runs."""
 
     command: RunTemplate
-    cwd: Literal["tree", "report"] = "tree"
+    cwd: Annotated[RunCwd, WORD] = RunCwd.TREE
+    # what the trainer writes into its working folder (cwd = "tree"): fresh in each run's
+    # own folder, so that runs of one build at once never read each other's logs
+    writes: NameList = Field(default_factory=lambda: ["logs", "checkpoints"])
     env: StrMap = Field(default_factory=dict)
     config_files: list[EnvPath] = Field(default_factory=lambda: list(DEFAULT_CONFIG_FILES))
 

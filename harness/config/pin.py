@@ -29,7 +29,7 @@ from harness.config.schema_errors import (
 from harness.config.signatures import Pattern
 from harness.errors import HarnessError
 from harness.outcome import USAGE
-from harness.vocab import SourceKind
+from harness.vocab import RunCwd, SourceKind
 
 UNVERIFIED = "UNVERIFIED"  # prefix of a value that has not been read from a real checkout yet
 
@@ -98,7 +98,8 @@ class Pin:
     build_per_env: bool  # False: one build serves every env (a Python package)
     build_env_passthrough: tuple[str, ...]  # environment variables the build reads
     run_command: str
-    run_cwd: str  # "tree": the build tree (upstream reads ./config); "report": a fresh folder
+    run_cwd: RunCwd  # tree: the build tree's entries in a folder of the run's own; report: empty
+    run_writes: tuple[str, ...]  # what the trainer writes into the tree: fresh in each run
     run_env: dict[str, str]
     config_files: tuple[str, ...]  # relative to the build tree, "{env}" expanded
     files: dict[str, str]  # path relative to the source root → sha256 (or UNVERIFIED…)
@@ -176,6 +177,7 @@ def parse_pin(data: Mapping[str, Any], file: Path, lineage: tuple[str, ...] = ()
         build_env_passthrough=tuple(build.env_passthrough),
         run_command=run.command,
         run_cwd=run.cwd,
+        run_writes=tuple(run.writes),
         run_env=dict(run.env),
         config_files=tuple(run.config_files),
         files=dict(model.files),

@@ -25,7 +25,6 @@ from harness.errors import HarnessError, Interrupted
 from harness.execute import runner
 from harness.execute.conditions import check_available
 from harness.filenames import OUTPUT_LOG, REPORT_JSON
-from harness.files import write_failure
 from harness.outcome import BUILD_FAILED, USAGE, Kind, interrupted_code
 from harness.pipeline import hazards as hazard_stage
 from harness.pipeline.diagnose import diagnose
@@ -37,6 +36,7 @@ from harness.pipeline.stages import (
     limits_for,
     verify_prepare_build,
 )
+from harness.pipeline.workdir import unlink_tree, workdir
 from harness.report import store
 from harness.report.live import LiveProgress
 from harness.report.model import (
@@ -252,13 +252,7 @@ def _run_env_stages(
     argv += list(settings.args) + opts.trainer_args
     # the host profile's presets under the trainer's own --env
     overrides = {**pin.run_env, **settings.env, **opts.conditions.env, **opts.trainer_env}
-    run_dir = built.tree
-    if pin.run_cwd == "report":  # a trainer that writes into its cwd gets its own folder
-        run_dir = report.artifact("workdir")
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # the disk filled up since the report folder was checked
-            raise HarnessError(f"cannot create {run_dir}: {write_failure(exc)}") from None
+    run_dir = workdir(report, built.tree, pin)
     env = runner.command_env(overrides)
     if opts.hazards:
         hazard_stage.prepare(report, env, argv, run_dir)
@@ -277,13 +271,16 @@ def _run_env_stages(
     if not sampling.own_roots:
         sampling = runner.SampleOptions(**{**vars(sampling), "own_roots": (str(built.tree),)})
     opts.progress.phase("run")
-    outcome = runner.run_watched(
-        spec,
-        limits_for(opts, settings),
-        sampling,
-        echo=sys.stderr if opts.tee else None,
-        on_tick=_ticker(opts.progress),
-    )
+    try:
+        outcome = runner.run_watched(
+            spec,
+            limits_for(opts, settings),
+            sampling,
+            echo=sys.stderr if opts.tee else None,
+            on_tick=_ticker(opts.progress),
+        )
+    finally:  # the report keeps what the trainer wrote, not links into the build tree
+        unlink_tree(run_dir, built.tree)
     _record_outcome(report, outcome, sigs)
     if opts.hazards:
         hazard_stage.collect(report, opts.expect_hazard)
