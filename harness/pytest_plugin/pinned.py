@@ -122,6 +122,21 @@ def read_small(path: str, limit: int = 65536) -> bytes | None:
         P.close(fd)
 
 
+def kill_pending(pid: int) -> bool:
+    """Whether `pid` has a SIGKILL pending (/proc/PID/status SigPnd or ShdPnd): killed, but
+    not yet scheduled to die (on a loaded host that can take a while)."""
+    data = read_small(f"/proc/{pid}/status") if pid > 0 else None
+    for line in (data or b"").splitlines():
+        key, _, value = line.partition(b":")
+        if key in (b"SigPnd", b"ShdPnd"):
+            try:
+                if int(value.strip(), 16) >> (signal.SIGKILL - 1) & 1:
+                    return True
+            except ValueError:
+                return False
+    return False
+
+
 def write_all(fd: int, data: bytes, tries: int = 8) -> bool:
     """Write `data` in a bounded number of writes: a zero-length write or a full disk ends
     it (False), never a loop that spins."""

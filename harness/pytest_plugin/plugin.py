@@ -26,7 +26,7 @@ from harness.pytest_plugin.launch import allow_tracer, check_report_dir, start_w
 from harness.pytest_plugin.listener import SIGNAL, Control, Listener, OwnStall, install_handler
 from harness.pytest_plugin.notes import Notes
 from harness.pytest_plugin.phasemem import PhaseMemory, PhaseState
-from harness.pytest_plugin.pinned import P, write_all
+from harness.pytest_plugin.pinned import P, kill_pending, write_all
 from harness.pytest_plugin.restart import ExecBlock
 
 DEFAULT_QUIESCENT_S = 5.0
@@ -34,6 +34,7 @@ DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_REPORT_DIR = "harness-reports"
 READY_WAIT_S = 10.0  # the first test waits this long for the watcher to be ready
 JOIN_LEFT_S = 1.0  # at the end, how long threads a hung test left get to finish
+DYING_WAIT_MS = 2000  # a watcher killed but not yet dead: it ends as soon as it runs
 FAULT_ENV = "HANG_WATCH_FAULT"  # a fault of the plugin's own, for its tests (`_inject`)
 
 
@@ -107,6 +108,7 @@ class HangWatch:
         self.session: pytest.Session | None = None
         self.previous: object | None = None
         self.watcher_fd = -1
+        self.watcher_pid = 0
         self.waited = False
         self.notes = Notes(config)
         # what a resume by exec starts again from: a hung test may have moved both
@@ -185,6 +187,7 @@ class HangWatch:
             self._warn(f"hang-watch: the watcher did not start ({why}); tests are not watched")
 
     def _ready(self, pid: int) -> None:
+        self.watcher_pid = pid
         allow_tracer(pid)
         with contextlib.suppress(OSError):
             self.watcher_fd = P.pidfd_open(pid)  # to end it safely, should it stall
@@ -369,8 +372,10 @@ class HangWatch:
             # a watcher that died in the last tests: the listener may not have seen it yet
             exited = P.poll()
             exited.register(self.watcher_fd, select.POLLIN)
+            # killed in the last test but not dead yet: it dies as soon as it runs
+            wait_ms = DYING_WAIT_MS if kill_pending(self.watcher_pid) else 0
             with contextlib.suppress(OSError):
-                if exited.poll(0):
+                if exited.poll(wait_ms):
                     self._off("the watcher ended or its socket was closed")
 
     @pytest.hookimpl(trylast=True)
