@@ -22,7 +22,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.hash import GNUHashSection
 from elftools.elf.sections import StringTableSection
 
-from harness.analysis.detectors.views import OPENMP_MODULES, uses
+from harness.analysis.views import OPENMP_MODULES, uses
 from harness.config.signatures import load_signatures, pattern_from_table
 from harness.errors import HarnessError
 from harness.outcome import Kind

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from harness.analysis.detectors.pystacks import pool_worker_pids
+from harness.analysis.pystacks import pool_worker_pids
 from harness.sampling.model import Frame, SampleSet, ThreadStack, ThreadWait
 from harness.vocab import EventKind, WaitKind
 

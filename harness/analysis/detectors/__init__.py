@@ -17,7 +17,6 @@ from harness.analysis.detectors import (
     patterns,
     process,
     pyprocs,
-    pystacks,
     threads,
     wake,
 )
@@ -33,7 +32,6 @@ __all__ = [
     "patterns",
     "process",
     "pyprocs",
-    "pystacks",
     "run",
     "threads",
     "wake",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from harness.analysis.detectors.registry import Inputs, Match, detector, match
 from harness.analysis.detectors.torchdist import recorded_ranks
-from harness.analysis.detectors.views import processes, top
+from harness.analysis.views import processes, top
 from harness.config.causes import NoParams
 from harness.sampling.model import Frame, SampleSet, spinning
 

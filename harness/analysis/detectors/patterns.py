@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from harness.analysis.detectors.registry import Inputs, Match, Need, detector, match
-from harness.analysis.detectors.views import stack_line
+from harness.analysis.views import stack_line
 
 
 @dataclass(frozen=True)

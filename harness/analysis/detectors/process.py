@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 
-# dead-worker leaves a Python pool's lost worker to pool-lost-worker (one cause per finding)
-from harness.analysis.detectors.pystacks import pool_caller
 from harness.analysis.detectors.registry import Inputs, Match, Need, detector, match
-from harness.analysis.detectors.views import (
+
+# dead-worker leaves a Python pool's lost worker to pool-lost-worker (one cause per finding)
+from harness.analysis.pystacks import pool_caller
+from harness.analysis.views import (
     OPENMP_MODULES,
     processes,
     stack_line,

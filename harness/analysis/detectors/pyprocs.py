@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-from harness.analysis.detectors.pystacks import (
+from harness.analysis.detectors.registry import Inputs, Match, Need, detector, match
+from harness.analysis.pystacks import (
     LOCK_WAITS,
     POOL_WAITS,
     child_waiters,
@@ -25,8 +26,7 @@ from harness.analysis.detectors.pystacks import (
     python_stacks,
     wait_site,
 )
-from harness.analysis.detectors.registry import Inputs, Match, Need, detector, match
-from harness.analysis.detectors.views import OPENMP_MODULES, processes, stacks_of, top, uses
+from harness.analysis.views import OPENMP_MODULES, processes, stacks_of, top, uses
 from harness.config.causes import NoParams
 from harness.process.signals import signal_name
 from harness.sampling.model import ProcessEvent, ProcessSample, SampleSet

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 # mpi tells a thread polling its MPI progress engine (a wait) from a spin
 from harness.analysis.detectors.mpi import is_mpi_progress
 from harness.analysis.detectors.registry import Inputs, Match, detector, match
-from harness.analysis.detectors.views import stack_line, stacks_of, top
+from harness.analysis.views import stack_line, stacks_of, top
 from harness.config.causes import NoParams
 from harness.sampling.model import (
     BUSY_FRACTION,

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.analysis.detectors.registry import Inputs, Match, Need, detector, match
-from harness.analysis.detectors.views import processes, top
+from harness.analysis.views import processes, top
 from harness.config.causes import NoParams
 from harness.sampling.model import ProcessSample, SampleSet, ThreadStack, spinning
 from harness.sampling.ranks import ProcessRank, rank_from_argv

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.analysis.detectors.views import processes, stacks_of, top
+from harness.analysis.views import processes, stacks_of, top
 from harness.sampling.model import Frame, ProcessSample, SampleSet, ThreadSample, ThreadStack
 from harness.vocab import EventKind
 
