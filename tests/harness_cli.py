@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,19 +195,50 @@ def harness(
         if z is not None
         else None
     )
-    proc: Any = forked or subprocess.Popen(
-        argv,
+    proc: Any = forked or in_session(argv, full_env)
+    before = None
+    if interrupt is not None:
+        sig = interrupt
+
+        def before() -> None:
+            wait_for_trainer(proc, report_root, timeout, interrupt_when)
+            proc.send_signal(sig)
+
+    return result_of(proc, start, report_root, timeout, before)
+
+
+def in_session(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """`argv` started in the repository, in a session of its own (so that its whole tree can
+    be killed), stdin closed, stdout and stderr piped; `env` is its whole environment."""
+    return subprocess.Popen(
+        list(argv),
         cwd=ROOT,
-        env=full_env,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+
+def run_replica(report_root: Path, env: dict[str, str], *args: str, **kw: Any) -> HarnessResult:
+    """`harness run breakout ARGS` (the default pin: the replica) under `env` (a build cache)."""
+    return harness("run", "breakout", *args, report_root=report_root, env=env, **kw)
+
+
+def result_of(
+    proc: Any,
+    start: float,
+    report_root: Path,
+    timeout: float,
+    before: Callable[[], None] | None = None,
+) -> HarnessResult:
+    """A harness started in its own session, to its end (`before()` first, while it runs):
+    its code, output and report folder; whatever happens, its session is killed and the
+    process reaped."""
     try:
-        if interrupt is not None:
-            wait_for_trainer(proc, report_root, timeout, interrupt_when)
-            proc.send_signal(interrupt)
+        if before is not None:
+            before()
         out, err = proc.communicate(timeout=timeout)
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -10,6 +10,7 @@ from harness.sampling.model import (
     SampleSet,
     Snapshot,
     ThreadActivity,
+    ThreadSample,
     ThreadStack,
     ThreadWait,
     WakeChain,
@@ -43,4 +44,30 @@ def sample_set(
         waits=list(waits),
         ranks=list(ranks),
         wake=wake,
+    )
+
+
+FUTEX_NR = 202  # x86-64
+FUTEX_WAIT_PRIVATE = 128  # FUTEX_WAIT | FUTEX_PRIVATE_FLAG
+
+
+def thread(
+    tid: int,
+    state: str = "S",
+    nr: int | str = FUTEX_NR,
+    args: tuple[int, ...] = (0x1000, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0),
+    cpu: float = 0.0,
+    runs: int | None = None,
+) -> ThreadSample:
+    """A thread as the watch loop reads it from /proc: asleep (S) in futex(2) by default,
+    `nr` its syscall number (or a word: "running"), `args` its arguments."""
+    return ThreadSample(
+        tid=tid,
+        name=f"t{tid}",
+        state=state,
+        wchan="futex_do_wait" if state == "S" else "",
+        syscall=str(nr),
+        cpu_time=cpu,
+        syscall_args=list(args) if str(nr).isdigit() else [],
+        runs=runs,
     )

@@ -30,7 +30,14 @@ from harness.report.model import Report
 from harness.vocab import Mechanism, RunMode, RunStatus, Trigger
 from tests import facts
 from tests.conftest import Spawned
-from tests.harness_cli import HarnessResult, only_report_dir, samples_of, verdict_of
+from tests.harness_cli import (
+    HarnessResult,
+    in_session,
+    only_report_dir,
+    result_of,
+    samples_of,
+    verdict_of,
+)
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.spread]
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,31 +64,16 @@ def attach(
     argv = [*prefix, sys.executable, "-m", "harness", "attach", str(pid)]
     argv += ["--report-dir", str(report_root), "--json", *opts]
     start = time.monotonic()
-    proc = subprocess.Popen(
-        argv,
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        if watching is not None:
+    proc = in_session(argv, {**os.environ, **(env or {})})
+    before = None
+    if watching is not None:
+        then = watching
+
+        def before() -> None:
             until(lambda: _watching(report_root) or proc.poll() is not None, "the watch", 60)
-            watching()
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    return HarnessResult(
-        proc.returncode,
-        out.decode(errors="replace"),
-        err.decode(errors="replace"),
-        time.monotonic() - start,
-        only_report_dir(report_root),
-    )
+            then()
+
+    return result_of(proc, start, report_root, timeout, before)
 
 
 def _watching(report_root: Path) -> bool:

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from harness.outcome import BUILD_FAILED
+from tests.harness_cli import in_session
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
@@ -84,15 +85,7 @@ def _start(tmp_path: Path, timeout_s: int) -> tuple[subprocess.Popen[bytes], str
         "--pin",
         str(_pin(tmp_path, timeout_s)),
     ]
-    proc = subprocess.Popen(
-        argv,
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = in_session(argv, env)
     return proc, mark
 
 

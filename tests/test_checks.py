@@ -14,10 +14,7 @@ from harness.analysis import checks
 from harness.config.scenario import load_scenario
 from harness.outcome import Kind
 from harness.vocab import CheckStatus
-from tests.harness_cli import harness, verdict_of
-
-# not `spread`: its replica runs read the end-of-run log the trainer leaves in the build
-# tree (the pin's run.cwd is the tree), so two runs of one build must not overlap
+from tests.harness_cli import harness, run_replica, verdict_of
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -100,22 +97,16 @@ def test_check_command_on_a_saved_log(tmp_path: Path) -> None:
     assert res.stdout.strip().endswith("checks passed")
 
 
+FIXED_TWO_EPOCHS = ("--variant", "fixed", "--steps", "524288")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 class TestReplicaRuns:
     def test_too_few_steps_stock_exits_on_uptime(
         self, tmp_path: Path, cache_env: dict[str, str]
     ) -> None:
-        res = harness(
-            "run",
-            "breakout",
-            "--steps",
-            "50000",
-            "--env",
-            "REPLICA_CONTEXT=bare",
-            report_root=tmp_path,
-            env=cache_env,
-        )
+        res = run_replica(tmp_path, cache_env, "--steps", "50000", "--env", "REPLICA_CONTEXT=bare")
         v = verdict_of(res.loaded)
         assert (res.code, v.kind) == (3, Kind.ERROR_EXIT)
         assert "missing key [?] uptime" in v.summary
@@ -123,16 +114,7 @@ class TestReplicaRuns:
     def test_too_few_steps_fixed_fails_epochs(
         self, tmp_path: Path, cache_env: dict[str, str]
     ) -> None:
-        res = harness(
-            "run",
-            "breakout",
-            "--variant",
-            "fixed",
-            "--steps",
-            "50000",
-            report_root=tmp_path,
-            env=cache_env,
-        )
+        res = run_replica(tmp_path, cache_env, "--variant", "fixed", "--steps", "50000")
         v = verdict_of(res.loaded)
         assert (res.code, v.kind) == (1, Kind.CHECK_FAILED)
         assert v.summary.startswith("check failed: epochs >= 1")
@@ -140,18 +122,8 @@ class TestReplicaRuns:
     def test_out_of_bounds_reward_names_key_value_and_bound(
         self, tmp_path: Path, cache_env: dict[str, str]
     ) -> None:
-        res = harness(
-            "run",
-            "breakout",
-            "--variant",
-            "fixed",
-            "--steps",
-            "524288",
-            "--env",
-            "REPLICA_FAULT=reward_oob",
-            report_root=tmp_path,
-            env=cache_env,
-        )
+        fault = "REPLICA_FAULT=reward_oob"
+        res = run_replica(tmp_path, cache_env, *FIXED_TWO_EPOCHS, "--env", fault)
         assert res.code == 1
         checks = res.loaded.checks
         failed = {c.name: c for c in checks if c.status is CheckStatus.FAIL}
@@ -160,18 +132,8 @@ class TestReplicaRuns:
         assert "env/score in [0, 864]" in failed
 
     def test_dropped_key_and_nan_loss(self, tmp_path: Path, cache_env: dict[str, str]) -> None:
-        res = harness(
-            "run",
-            "breakout",
-            "--variant",
-            "fixed",
-            "--steps",
-            "524288",
-            "--env",
-            "REPLICA_FAULT=drop_key:env/score,nan_loss",
-            report_root=tmp_path,
-            env=cache_env,
-        )
+        fault = "REPLICA_FAULT=drop_key:env/score,nan_loss"
+        res = run_replica(tmp_path, cache_env, *FIXED_TWO_EPOCHS, "--env", fault)
         assert res.code == 1
         failed = {c.name for c in res.loaded.checks if c.status is CheckStatus.FAIL}
         assert "key env/score reported" in failed

@@ -25,7 +25,7 @@ from harness.pipeline import evidence
 from harness.report.model import Report
 from harness.source import verify
 from harness.vocab import RunMode
-from tests.harness_cli import harness
+from tests.harness_cli import harness, run_replica
 
 VECENV = """\
 static void env_start(Env* e, int n) {
@@ -198,13 +198,8 @@ def test_cli_variant_path_escape_is_a_usage_error_and_nothing_is_built(tmp_path:
     evil.write_text(f'name = "evil"\n[[targets]]\nfunction = "env_start"\nfiles = ["{victim}"]\n')
     climb = os.path.relpath(evil.with_suffix(""), pin_dir() / "fixes")
     cache = tmp_path / "cache"
-    res = harness(
-        "run",
-        "breakout",
-        "--variant",
-        f"omp-free:{climb}",
-        report_root=tmp_path / "r",
-        env={"HARNESS_CACHE_DIR": str(cache)},
+    res = run_replica(
+        tmp_path / "r", {"HARNESS_CACHE_DIR": str(cache)}, "--variant", f"omp-free:{climb}"
     )
     assert res.code == USAGE, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr

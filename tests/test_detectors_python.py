@@ -48,6 +48,13 @@ def pids(report: Report) -> dict[int, ProcessSample]:
     return {p.pid: p for snap in samples_of(report).snapshots for p in snap.processes}
 
 
+def only_child(report: Report) -> ProcessSample:
+    """The one child of the watched root (the test fails when there are more or none)."""
+    parent = root_pid(report)
+    [child] = [p for p in pids(report).values() if p.ppid == parent]
+    return child
+
+
 def root_pid(report: Report) -> int:
     starts = [e for e in samples_of(report).events if e.event is EventKind.START]
     assert starts
@@ -58,8 +65,7 @@ def root_pid(report: Report) -> int:
 def test_pipe_never_read(tmp_path: Path) -> None:
     report = watch(tmp_path, "py_pipe_never_read")
     c = cause(report, "pipe-never-read")
-    parent = root_pid(report)
-    [child] = [p for p in pids(report).values() if p.ppid == parent]
+    parent, child = root_pid(report), only_child(report)
     sentence = c.sentence
     assert f"pid {child.pid} (" in sentence and f"only pid {parent} reads" in sentence
     assert "-c import sys for i in range(20000)" in sentence  # the child's command, one line
@@ -72,8 +78,7 @@ def test_pipe_never_read(tmp_path: Path) -> None:
 def test_queue_not_drained(tmp_path: Path) -> None:
     report = watch(tmp_path, "py_queue_not_drained")
     c = cause(report, "queue-not-drained")
-    parent = root_pid(report)
-    [child] = [p for p in pids(report).values() if p.ppid == parent]
+    parent, child = root_pid(report), only_child(report)
     sentence = c.sentence
     assert f"pid {parent} joins pid {child.pid}" in sentence
     assert "BaseProcess.join (py_queue_not_drained.py:26)" in sentence
@@ -115,8 +120,7 @@ def test_executor_lost_its_only_worker(tmp_path: Path) -> None:
 def test_fork_with_a_thread_pool(tmp_path: Path) -> None:
     report = watch(tmp_path, "py_fork_thread_pool")
     c = cause(report, "fork-with-threads")
-    parent = root_pid(report)
-    [child] = [p for p in pids(report).values() if p.ppid == parent]
+    parent, child = root_pid(report), only_child(report)
     sentence = c.sentence
     assert f"pid {child.pid} was forked without exec by pid {parent}" in sentence
     assert "which had 3 thread(s) at the fork; the child has 1" in sentence

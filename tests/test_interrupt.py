@@ -23,6 +23,7 @@ from harness.outcome import interrupted_code
 from tests.harness_cli import (
     ROOT,
     communicate_and_kill,
+    in_session,
     only_report_dir,
     wait_for_trainer,
     watch_opts,
@@ -57,15 +58,7 @@ def _sigint_not_ignored() -> Iterator[None]:
 
 
 def start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "harness", *args],
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    return in_session([sys.executable, "-m", "harness", *args], {**os.environ, **(env or {})})
 
 
 def exec_done(pid: int, timeout: float = 10) -> None:

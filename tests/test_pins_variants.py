@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.pin import PIN_SCHEMA_VERSION, load_pin, pin_dir
-from tests.harness_cli import ROOT, harness
+from tests.harness_cli import ROOT, harness, run_replica
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.spread]
 # the stock replica hangs for real only where gcc's OpenMP is GNU libgomp (its fork hazard)
@@ -61,9 +61,9 @@ def test_allow_drift_runs_and_records_it(tmp_path: Path, cache_env: dict[str, st
     pin = copy_of_replica(tmp_path)
     cfg = tmp_path / "replica-src" / "config" / "breakout.ini"
     cfg.write_text(cfg.read_text() + "\n# a local edit\n")
-    res = harness(
-        "run",
-        "breakout",
+    res = run_replica(
+        tmp_path / "r",
+        cache_env,
         "--pin",
         str(pin),
         "--allow-drift",
@@ -71,8 +71,6 @@ def test_allow_drift_runs_and_records_it(tmp_path: Path, cache_env: dict[str, st
         "fixed",
         "--steps",
         "262144",
-        report_root=tmp_path / "r",
-        env=cache_env,
     )
     assert res.code == 0, res.stderr
     v = res.report["pin"]["verification"]
@@ -141,16 +139,14 @@ def test_compare_confirms_the_fix(tmp_path: Path, cache_env: dict[str, str]) -> 
 def test_worker_region_hang_is_located_in_vec_thread_main(
     tmp_path: Path, cache_env: dict[str, str]
 ) -> None:
-    res = harness(
-        "run",
-        "breakout",
+    res = run_replica(
+        tmp_path,
+        cache_env,
         "--variant",
         "omp-free:omp-free-env-start+patch:fixes/replica-guards.patch",
         "--arg=--vec.inline-buffer=1",
         "--startup",
         "8",
-        report_root=tmp_path,
-        env=cache_env,
     )
     v = res.report["verdict"]
     assert res.code == 2, v

@@ -24,6 +24,7 @@ from harness.vocab import EventKind, Mechanism, WaitKind, WakeEnd
 from harness.watch import quiescence as q
 from harness.watch.watchdog import Limits, Trigger, Watchdog
 from harness.watch.watchloop import TIMELINE_POINTS, WatchLoop, describe_status
+from tests import samples
 from tests.harness_cli import (
     HarnessResult,
     exit_pid,
@@ -58,24 +59,7 @@ WINDOWS = watch_opts(startup=60, stall=60, timeout=90)
 # ---------------------------------------------------------------- hand-made snapshots
 
 
-def th(
-    tid: int,
-    state: str = "S",
-    nr: int | str = FUTEX,
-    args: tuple[int, ...] = (0x1000, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0),
-    cpu: float = 0.0,
-    runs: int | None = None,
-) -> ThreadSample:
-    return ThreadSample(
-        tid=tid,
-        name=f"t{tid}",
-        state=state,
-        wchan="futex_do_wait" if state == "S" else "",
-        syscall=str(nr),
-        cpu_time=cpu,
-        syscall_args=list(args) if str(nr).isdigit() else [],
-        runs=runs,
-    )
+th = samples.thread  # a thread as /proc shows it: asleep in futex(2) by default
 
 
 def proc(pid: int, ppid: int, *threads: ThreadSample) -> ProcessSample:

@@ -23,7 +23,7 @@ import pytest
 from harness import cli
 from harness.pipeline import run as pipeline_run
 from harness.report import store
-from tests.harness_cli import ROOT, HarnessResult, harness, only_report_dir
+from tests.harness_cli import ROOT, HarnessResult, harness, only_report_dir, run_replica
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
@@ -189,14 +189,6 @@ def test_steps_that_are_not_whole_epochs_are_refused_before_the_build(tmp_path: 
         "steps with this config): use 786432 or 1048576"
     )
     # the trainer's own flags count: half the agents, half the epoch
-    res = harness(
-        "run",
-        "breakout",
-        "--steps",
-        "1000000",
-        "--arg=--vec.total-agents=2048",
-        report_root=tmp_path,
-        env=env,
-    )
+    res = run_replica(tmp_path, env, "--steps", "1000000", "--arg=--vec.total-agents=2048")
     assert res.code == 5 and "epoch = 131072" in res.stderr and "917504 or 1048576" in res.stderr
     assert only_report_dir(tmp_path) is None and not (cache / "builds").exists()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.report.load import load_report
-from tests.harness_cli import harness, tree_is_gone
+from tests.harness_cli import harness, run_replica, tree_is_gone
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.spread]
 # the stock replica hangs for real only where gcc's OpenMP is GNU libgomp (its fork hazard)
@@ -45,16 +45,7 @@ def test_stock_replica_hangs_in_env_start(tmp_path: Path, cache_env: dict[str, s
 def test_stock_replica_bare_exits_on_missing_gpu_key(
     tmp_path: Path, cache_env: dict[str, str]
 ) -> None:
-    res = harness(
-        "run",
-        "breakout",
-        "--env",
-        "REPLICA_CONTEXT=bare",
-        "--timeout",
-        "60",
-        report_root=tmp_path,
-        env=cache_env,
-    )
+    res = run_replica(tmp_path, cache_env, "--env", "REPLICA_CONTEXT=bare", "--timeout", "60")
     v = res.report["verdict"]
     assert res.code == 3
     assert v["kind"] == "error-exit"
@@ -65,16 +56,7 @@ def test_stock_replica_bare_exits_on_missing_gpu_key(
 def test_fixed_replica_passes_over_a_million_steps(
     tmp_path: Path, cache_env: dict[str, str]
 ) -> None:
-    res = harness(
-        "run",
-        "breakout",
-        "--variant",
-        "fixed",
-        "--timeout",
-        "60",
-        report_root=tmp_path,
-        env=cache_env,
-    )
+    res = run_replica(tmp_path, cache_env, "--variant", "fixed", "--timeout", "60")
     report = res.report
     assert res.code == 0, report["verdict"]
     assert report["verdict"]["kind"] == "pass"

@@ -738,6 +738,20 @@ Backtrace stopped: previous frame inner to this frame (corrupt stack?)
     assert parse_gdb(text, 10, rooted)[1].frames[0].own
 
 
+# threads64's pool worker as both captures of eu-stack show it (built with -g -O0 as
+# /tmp/t64/threads64): (function, line, inlined into the next frame, the program's own)
+THREADS64_WORKER = [
+    ("__futex_abstimed_wait_common64", 57, True, False),  # inlined into the next
+    ("__futex_abstimed_wait_common", 87, False, False),
+    ("__pthread_cond_wait_common", 503, True, False),
+    ("___pthread_cond_wait", 618, False, False),
+    ("wait_for_work", 20, True, True),  # always_inline, at its own line
+    ("pool_worker", 25, False, True),  # at the call site of wait_for_work
+    ("start_thread", 442, False, False),
+    ("__clone3", 81, False, False),
+]
+
+
 def test_parse_eu_stack_named_by_eu_addr2line_real_output() -> None:
     """tests/data/eu_stack_q_threads64.txt: `eu-stack -q -a -m -p PID` on threads64 4
     (built -g -O0 as /tmp/t64/threads64); eu_addr2line_threads64.txt: `eu-addr2line -p PID
@@ -766,16 +780,7 @@ def test_parse_eu_stack_named_by_eu_addr2line_real_output() -> None:
     main, worker, *_ = parse_eu_stack(dump, 25434, ctx, names)
     assert worker.name == "pool_0" and worker.source == "eu-stack"
     rows = [(f.function, f.line, is_inline(f), f.own) for f in worker.frames]
-    assert rows == [
-        ("__futex_abstimed_wait_common64", 57, True, False),  # inlined into the next
-        ("__futex_abstimed_wait_common", 87, False, False),
-        ("__pthread_cond_wait_common", 503, True, False),
-        ("___pthread_cond_wait", 618, False, False),
-        ("wait_for_work", 20, True, True),  # always_inline, at its own line
-        ("pool_worker", 25, False, True),  # at the call site of wait_for_work
-        ("start_thread", 442, False, False),
-        ("__clone3", 81, False, False),
-    ]
+    assert rows == THREADS64_WORKER
     assert {f.module for f in worker.frames[4:6]} == {"/tmp/t64/threads64"}
     assert worker.frames[0].module == "/usr/lib/x86_64-linux-gnu/libc.so.6"
     assert [f.function for f in main.frames] == [
@@ -820,16 +825,7 @@ def test_parse_eu_stack_real_output_source_lines_and_inlines() -> None:
     main, worker = parsed[0], parsed[1]
     assert worker.name == "pool_0" and worker.source == "eu-stack"
     rows = [(f.function, f.line, is_inline(f), f.own) for f in worker.frames]
-    assert rows == [
-        ("__futex_abstimed_wait_common64", 57, True, False),  # inlined into the next
-        ("__futex_abstimed_wait_common", 87, False, False),
-        ("__pthread_cond_wait_common", 503, True, False),
-        ("___pthread_cond_wait", 618, False, False),
-        ("wait_for_work", 20, True, True),  # always_inline, at its own line
-        ("pool_worker", 25, False, True),  # at the call site of wait_for_work
-        ("start_thread", 442, False, False),
-        ("__clone3", 81, False, False),
-    ]
+    assert rows == THREADS64_WORKER
     work = worker.frames[4]
     assert work.file == "/work/main/tests/programs/threads64.c"
     assert work.module == "/tmp/t64/threads64"

@@ -6,6 +6,7 @@ and the wake-graph cases of the real-world corpus (tests/realworld)."""
 
 from __future__ import annotations
 
+import functools
 import struct
 
 from harness.pipeline import diagnose
@@ -15,6 +16,7 @@ from harness.watch import quiescence as q
 from harness.watch import wakefacts, wakegraph
 from harness.watch.closedwatch import CLOSED_LOOKS, ClosedWatch
 from harness.watch.watchdog import CLOSED_CONFIRM_S, Limits, Trigger, Watchdog
+from tests import samples
 
 FUTEX, NANOSLEEP, WAIT4, READ, POLL, FLOCK, RECVFROM = 202, 35, 61, 0, 7, 73, 45
 PRIVATE_WAIT = 128  # FUTEX_WAIT | FUTEX_PRIVATE_FLAG
@@ -22,24 +24,8 @@ SHARED_WAIT = 0  # FUTEX_WAIT, no private flag
 Key = tuple[int, int]
 
 
-def th(
-    tid: int,
-    state: str = "S",
-    nr: int | str = FUTEX,
-    args: tuple[int, ...] = (0x1000, PRIVATE_WAIT, 0, 0, 0, 0),
-    cpu: float = 0.0,
-    runs: int | None = 1,
-) -> ThreadSample:
-    return ThreadSample(
-        tid=tid,
-        name=f"t{tid}",
-        state=state,
-        wchan="futex_do_wait" if state == "S" else "",
-        syscall=str(nr),
-        cpu_time=cpu,
-        syscall_args=list(args) if str(nr).isdigit() else [],
-        runs=runs,
-    )
+# a thread as /proc shows it (asleep in futex(2) by default), seen running once since
+th = functools.partial(samples.thread, runs=1)
 
 
 def running(tid: int) -> ThreadSample:
