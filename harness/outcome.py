@@ -162,10 +162,17 @@ class BisectStepExit(CommandExit):
 
 
 class CheckExit(CommandExit):
-    """`check` on a saved report or log, and `probe`."""
+    """`check` on a saved report or log."""
 
     PASSED = 0, "every check passed"
     FAILED = 1, "a check failed, or the run did not finish"
+
+
+class ProbeExit(CommandExit):
+    """`probe`: the env header stepped with random actions."""
+
+    PASSED = 0, "every reward check passed"
+    FAILED = 1, "a reward check failed"
 
 
 class DoctorExit(CommandExit):
@@ -196,7 +203,7 @@ COMMAND_EXITS: dict[str, type[CommandExit]] = {
     "bisect": BisectExit,
     "bisect-step": BisectStepExit,
     "check": CheckExit,
-    "probe": CheckExit,
+    "probe": ProbeExit,
     "doctor": DoctorExit,
     "pin verify": PinVerifyExit,
     "triage": TriageExit,
@@ -212,8 +219,8 @@ COMMON_EXITS = (
 def exit_help(command: str) -> str:
     """One paragraph for a command's --help: its own codes, then every command's."""
     own = [(str(int(c)), c.meaning) for c in COMMAND_EXITS[command]]
-    if command == "bisect-step":  # bad input aborts git bisect run: 255, not 5
-        own += COMMON_EXITS[1:]
+    if command == "bisect-step":  # bad input and a harness bug abort git bisect run: 255
+        own += [c for c in COMMON_EXITS if c[0] == "128+N"]
     else:
         own += COMMON_EXITS
     said = "; ".join(f"{code} {meaning}" for code, meaning in own)

@@ -154,3 +154,46 @@ def test_a_run_reads_its_own_end_of_run_log_not_the_trees(tmp_path: Path) -> Non
     assert (work / "logs").is_dir() and decoy.is_file()
     assert [p.name for p in (work / "logs" / "breakout").glob("*.ini")] != ["decoy.ini"]
     assert len(list((work / "logs" / "breakout").glob("*.ini"))) == 1
+
+
+def test_the_workdirs_links_go_on_every_way_out(tmp_path: Path) -> None:
+    """The trainer's folder shows the tree's entries as links while the block runs; what it
+    writes (`[run] writes`: logs/) is its own and starts empty; an exception (a failed
+    hazard shim build, a Ctrl-C) still removes every link, and so does a second signal
+    landing while they are removed."""
+    from harness.config.pin import load_pin
+    from harness.errors import Interrupted
+    from harness.pipeline import workdir
+    from harness.report.model import Report
+    from harness.vocab import RunMode
+
+    tree = tmp_path / "tree"
+    (tree / "config").mkdir(parents=True)
+    (tree / "logs" / "breakout").mkdir(parents=True)
+    (tree / "logs" / "breakout" / "old.ini").write_text("[metrics]\n")
+    (tree / "puffer").write_text("#!/bin/sh\n")
+    report = Report("r", tmp_path / "r", [], RunMode.RUN)
+    with pytest.raises(Interrupted), workdir.linked(report, tree, load_pin("replica")) as work:
+        assert (work / "config").is_symlink() and (work / "puffer").is_symlink()
+        assert (work / "config").resolve() == (tree / "config").resolve()
+        logs = work / "logs"
+        assert logs.is_dir() and not logs.is_symlink() and not any(logs.iterdir())
+        raise Interrupted(2)
+    assert sorted(p.name for p in work.iterdir()) == ["logs"]
+    assert (tree / "logs" / "breakout" / "old.ini").is_file()  # the tree is untouched
+
+    calls = []
+    real = Path.unlink
+
+    def interrupted_once(self: Path, missing_ok: bool = False) -> None:
+        calls.append(self.name)
+        real(self, missing_ok)
+        if len(calls) == 1:
+            raise Interrupted(15)  # a signal's exception between two links
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Path, "unlink", interrupted_once)
+        with pytest.raises(Interrupted), workdir.linked(report, tree, load_pin("replica")):
+            pass
+    assert set(calls) == {"config", "puffer"}  # the one interrupted is tried again
+    assert not any(p.is_symlink() for p in work.iterdir())

@@ -137,10 +137,15 @@ def command(args: argparse.Namespace) -> int:
 
 
 def _step(args: argparse.Namespace) -> int:
+    # nothing may leave here as another code: 70 (a harness bug) would be "bad" to git
     try:
         opts = _options(args)
     except HarnessError as exc:  # e.g. a malformed --env: the user's error, abort
         print(f"harness bisect-step: error: {exc.message} (aborting)", file=sys.stderr)
+        return BisectStepExit.ABORT
+    except Exception:
+        traceback.print_exc()
+        print("harness bisect-step: internal error (aborting)", file=sys.stderr)
         return BisectStepExit.ABORT
     try:
         return bisect_step(opts)

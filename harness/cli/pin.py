@@ -50,8 +50,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    """pin show | verify | update | fetch | schema. verify exits 0 verified, 1 drift,
-    2 unverified."""
+    """pin show | verify | update | fetch | schema; verify exits with outcome.PinVerifyExit."""
     if args.action == "schema":
         return _schema(args.out)
     pin = pinmod.load_pin(args.pin or default_pin(args.checkout))

@@ -9,7 +9,7 @@ from typing import Any
 from harness import outcome
 from harness.cli import options
 from harness.cli.output import check_mark
-from harness.outcome import CheckExit
+from harness.outcome import ProbeExit
 
 NAME = "probe"
 
@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="step an env header with random actions: reward bounds",
         description="Compile our probe driver against the (variant's) env header, step "
         "many envs with random actions and check raw and clamped rewards against the "
-        "scenario's bounds. Exits 0 within bounds, 1 when not.",
+        "scenario's bounds.",
     )
     options.add_env_argument(p)
     p.add_argument(
@@ -44,7 +44,7 @@ def command(args: argparse.Namespace) -> int:
     )
     if args.json:
         print(json.dumps({"probe": res.data, "checks": [vars(c) for c in res.checks]}, indent=2))
-        return CheckExit.PASSED if res.ok else CheckExit.FAILED
+        return ProbeExit.PASSED if res.ok else ProbeExit.FAILED
     d = res.data
     print(
         f"harness probe {res.env}: {d['num_envs']} envs x {d['steps']} steps "
@@ -63,4 +63,4 @@ def command(args: argparse.Namespace) -> int:
             f"  {check_mark(c.status)} {c.name}: {c.observed} in {c.bound}"
             + (f" ({c.message})" if c.message else "")
         )
-    return CheckExit.PASSED if res.ok else CheckExit.FAILED
+    return ProbeExit.PASSED if res.ok else ProbeExit.FAILED

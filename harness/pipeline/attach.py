@@ -44,8 +44,6 @@ from harness.watch.closedwatch import closed_words
 from harness.watch.watchdog import DEFAULT_QUIESCENT_S, Limits
 
 DEFAULT_DURATION_S = 10.0
-# causes whose evidence is a birth or a death in the tree: attach sees only those after it
-# started looking (a fork or a killed worker before it is history it could not see)
 
 
 @dataclass(frozen=True)

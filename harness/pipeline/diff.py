@@ -29,6 +29,7 @@ from harness.doctor.fingerprint import compare_fingerprints, shown
 from harness.execute.conditions import HostConditions
 from harness.outcome import DiffExit
 from harness.pipeline.diffsides import Side, read_side
+from harness.pipeline.workdir import WORKDIR
 from harness.report.model import Report, plain
 from harness.stats import runs_to_separate, separated
 
@@ -198,7 +199,7 @@ def settings_changes(a: Report, b: Report) -> list[Change]:
     args_b, knobs_b = _split_knobs(_argv(b))
     add("args", "argv", shlex.join(args_a), shlex.join(args_b))
     ca, cb = a.command, b.command
-    add("args", "cwd", _norm(a, ca.cwd) if ca else None, _norm(b, cb.cwd) if cb else None)
+    add("args", "cwd", _cwd(a, ca.cwd) if ca else None, _cwd(b, cb.cwd) if cb else None)
     add("args", "steps", ca.steps if ca else None, cb.steps if cb else None)
     env_a, env_b = (ca.env if ca else {}), (cb.env if cb else {})
     for key in sorted(set(env_a) | set(env_b)):
@@ -263,6 +264,14 @@ def _file_hashes(verification: dict[str, Any]) -> dict[str, str]:
 
 def _argv(report: Report) -> list[str]:
     return [_norm(report, a) for a in report.command.argv] if report.command else []
+
+
+def _cwd(report: Report, cwd: str) -> str:
+    """The trainer's working folder, normalized; the harness's own `<report>/workdir` (the
+    tree's entries, linked: pipeline/workdir.py) is the tree, as a report from before it
+    says: not a difference that could matter."""
+    said = _norm(report, cwd)
+    return "<tree>" if said == f"<report>/{WORKDIR}" else said
 
 
 def _norm(report: Report, text: str) -> str:

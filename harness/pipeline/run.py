@@ -27,6 +27,7 @@ from harness.execute.conditions import check_available
 from harness.filenames import OUTPUT_LOG, REPORT_JSON
 from harness.outcome import BUILD_FAILED, USAGE, Kind, interrupted_code
 from harness.pipeline import hazards as hazard_stage
+from harness.pipeline import workdir
 from harness.pipeline.diagnose import diagnose
 from harness.pipeline.epochs import check_whole_epochs
 from harness.pipeline.evidence import save_build_evidence, save_endlog_evidence
@@ -36,7 +37,6 @@ from harness.pipeline.stages import (
     limits_for,
     verify_prepare_build,
 )
-from harness.pipeline.workdir import unlink_tree, workdir
 from harness.report import store
 from harness.report.live import LiveProgress
 from harness.report.model import (
@@ -252,26 +252,27 @@ def _run_env_stages(
     argv += list(settings.args) + opts.trainer_args
     # the host profile's presets under the trainer's own --env
     overrides = {**pin.run_env, **settings.env, **opts.conditions.env, **opts.trainer_env}
-    run_dir = workdir(report, built.tree, pin)
-    env = runner.command_env(overrides)
-    if opts.hazards:
-        hazard_stage.prepare(report, env, argv, run_dir)
-    spec = runner.RunSpec(
-        argv=argv,
-        cwd=run_dir,
-        env=env,
-        parser=pin.parser,
-        log_path=report.artifact(OUTPUT_LOG),
-        conditions=opts.conditions,
-    )
-    report.command = CommandInfo(argv=argv, cwd=str(run_dir), env=overrides, steps=steps)
-    _record_host(report, spec)
-    store.save(report, Stage.RUN)
-    sampling = opts.sampling
-    if not sampling.own_roots:
-        sampling = runner.SampleOptions(**{**vars(sampling), "own_roots": (str(built.tree),)})
-    opts.progress.phase("run")
-    try:
+    # the links into the tree live while the run is judged (frames name files through
+    # them); the report keeps what the trainer wrote
+    with workdir.linked(report, built.tree, pin) as run_dir:
+        env = runner.command_env(overrides)
+        if opts.hazards:
+            hazard_stage.prepare(report, env, argv, run_dir)
+        spec = runner.RunSpec(
+            argv=argv,
+            cwd=run_dir,
+            env=env,
+            parser=pin.parser,
+            log_path=report.artifact(OUTPUT_LOG),
+            conditions=opts.conditions,
+        )
+        report.command = CommandInfo(argv=argv, cwd=str(run_dir), env=overrides, steps=steps)
+        _record_host(report, spec)
+        store.save(report, Stage.RUN)
+        sampling = opts.sampling
+        if not sampling.own_roots:
+            sampling = runner.SampleOptions(**{**vars(sampling), "own_roots": (str(built.tree),)})
+        opts.progress.phase("run")
         outcome = runner.run_watched(
             spec,
             limits_for(opts, settings),
@@ -279,15 +280,13 @@ def _run_env_stages(
             echo=sys.stderr if opts.tee else None,
             on_tick=_ticker(opts.progress),
         )
-    finally:  # the report keeps what the trainer wrote, not links into the build tree
-        unlink_tree(run_dir, built.tree)
-    _record_outcome(report, outcome, sigs)
-    if opts.hazards:
-        hazard_stage.collect(report, opts.expect_hazard)
-    diagnose(report, pin, opts.checkout, opts.commit, shlex.join(option_flags(opts)))
-    endlog = save_endlog_evidence(report, run_dir, settings.upstream_env, outcome.started_at)
-    if endlog is not None:
-        report.progress.final_metrics = endlogs.log_metrics(endlog)
+        _record_outcome(report, outcome, sigs)
+        if opts.hazards:
+            hazard_stage.collect(report, opts.expect_hazard)
+        diagnose(report, pin, opts.checkout, opts.commit, shlex.join(option_flags(opts)))
+        endlog = save_endlog_evidence(report, run_dir, settings.upstream_env, outcome.started_at)
+        if endlog is not None:
+            report.progress.final_metrics = endlogs.log_metrics(endlog)
     store.save(report, Stage.CHECK)
     verdict = report.verdict
     assert verdict is not None

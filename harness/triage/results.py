@@ -188,14 +188,25 @@ RESULTS: dict[TriageStep, type[Any]] = {
     TriageStep.FIXES: FixesResult,
     TriageStep.HISTORY: HistoryResult,
 }
-_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {cls: TypeAdapter(cls) for cls in RESULTS.values()}
+
+
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
+    """Built on first use: building one costs tens of ms, and every harness start imports
+    this module (the CLI's triage command)."""
+    found = _ADAPTERS.get(cls.__name__)
+    if found is None:
+        found = _ADAPTERS[cls.__name__] = TypeAdapter(cls)
+    return found
 
 
 def result_json(result: StepResult | None) -> dict[str, Any]:
     """A result as triage.json holds it (`{}` for a step that found nothing)."""
     if result is None:
         return {}
-    data: dict[str, Any] = _ADAPTERS[type(result)].dump_python(result, mode="json")
+    data: dict[str, Any] = _adapter(type(result)).dump_python(result, mode="json")
     return data
 
 
@@ -204,10 +215,11 @@ def read_result(name: TriageStep, data: object) -> StepResult | None:
     if data is None or data == {}:
         return None
     try:
-        found: StepResult = _ADAPTERS[RESULTS[name]].validate_python(data)
+        found: StepResult = _adapter(RESULTS[name]).validate_python(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = [str(p) for p in first["loc"]]
-        where = ".".join(p for p in loc if p != "[key]") + (" (a key)" if "[key]" in loc else "")
-        raise ValueError(f"step {name}: result.{where}: {first['msg']}") from None
+        where = ".".join(["result", *(p for p in loc if p != "[key]")])
+        where += " (a key)" if "[key]" in loc else ""
+        raise ValueError(f"step {name}: {where}: {first['msg']}") from None
     return found

@@ -220,11 +220,7 @@ class WatchLoop:
                 time.sleep(0.05)
             snap, waits = self._fresh_look()
             if not is_blocked(waits):
-                busy = [
-                    tw
-                    for tw, w in waits
-                    if w.kind not in (WaitKind.TREE, WaitKind.DONE, WaitKind.HOUSEKEEPING)
-                ]
+                busy = [tw for tw, w in waits if w.kind not in _NOT_BUSY]
                 why = f"tid {busy[0].tid}: {busy[0].what}" if busy else "no live thread"
                 continue
             hk = [(tw.pid, tw.tid) for tw, _ in waits if tw.kind == HOUSEKEEPING]
