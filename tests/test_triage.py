@@ -170,12 +170,13 @@ def _step_json(field: str) -> str:
         (_step_json('"runs_made": Infinity'), "is not a count"),
         (_step_json('"duration_s": "12"'), "is not a number of seconds"),
         # a result is read by its step's dataclass (triage/results.py): the key is named
-        (_step_json('"result": {"run_s": "abc"}'), "result.run_s: Input should be a valid"),
-        (_step_json('"result": {"run_s": -1}'), "result.run_s: Input should be greater"),
-        (_step_json('"result": {"counts": {"hang": "x"}}'), "result.counts.hang: Input"),
-        (_step_json('"result": {"counts": {"hung": 1}}'), "result.counts.hung"),
-        (_step_json('"result": {"kind": "bogus"}'), "result.kind: Input should be"),
-        (_step_json('"result": {"failure_rate": 1.5}'), "result.failure_rate"),
+        (_step_json('"result": {"run_s": "abc"}'), "result.run_s: input should be a valid"),
+        (_step_json('"result": {"run_s": -1}'), "result.run_s: must be >= 0, not -1"),
+        (_step_json('"result": {"counts": {"hang": "x"}}'), "result.counts.hang: "),
+        (_step_json('"result": {"counts": {"hung": 1}}'), "result.counts.hung: 'hung' is not"),
+        (_step_json('"result": {"kind": "bogus"}'), "result.kind: 'bogus' is not one of"),
+        (_step_json('"result": {"failure_rate": 1.5}'), "result.failure_rate: must be <= 1"),
+        (_step_json('"result": [1]'), "step reproduce: result: input should be"),
     ],
 )
 def test_resume_refuses_a_damaged_or_newer_triage(

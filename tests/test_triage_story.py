@@ -513,7 +513,7 @@ def test_results_missing_every_key_still_render(tmp_path: Path) -> None:
         (TriageStep.EXPLAIN, {"blame": [1]}, "result.blame"),
         (TriageStep.REPRODUCE, {"counts": {"hang": "two"}}, "result.counts.hang"),
         (TriageStep.REPRODUCE, {"failure_rate_ci95": [None]}, "result.failure_rate_ci95"),
-        (TriageStep.KNOBS, {"knobs": [{"effect": "maybe"}]}, "result.knobs.0.effect"),
+        (TriageStep.KNOBS, {"knobs": [{"effect": "maybe"}]}, "result.knobs[0].effect"),
     ],
 )
 def test_a_damaged_result_is_refused_naming_its_key(

@@ -147,7 +147,7 @@ def describe(model: type[BaseModel], error: ErrorDetails) -> str:
     if kind == "missing":
         table = render_table(loc[:-1])
         return f"missing required key {show_key(loc[-1])}" + (f" in {table}" if table else "")
-    text = _what(error)
+    text = what_is_wrong(error)
     return f"{render_loc(loc)}: {text}" if loc else text
 
 
@@ -156,7 +156,8 @@ def _key_loc(error: ErrorDetails) -> tuple[str | int, ...]:
     return tuple(p for p in error["loc"] if p != "[key]")
 
 
-def _what(error: ErrorDetails) -> str:
+def what_is_wrong(error: ErrorDetails) -> str:
+    """What is wrong with one value, in words: `expected a number, not "600"`."""
     kind, value = error["type"], error.get("input")
     ctx = error.get("ctx") or {}
     got = f", not {show(value)}"

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, TypeAdapter, ValidationError
 
 from harness import outcome
 from harness.contain import confined
@@ -19,11 +21,11 @@ from harness.outcome import USAGE, Kind
 from harness.report.load import load_report
 from harness.report.matrix import SCHEMA_VERSION as AGGREGATE_SCHEMA_VERSION
 from harness.report.model import Report, plain
-from harness.report.reading import REPORT_JSON_LIMIT, read_json
+from harness.report.reading import REPORT_JSON_LIMIT, read_json, validation_line
 from harness.report.repeat import NOT_RAN
 from harness.report.signature import FailureSignature
 from harness.stats import Rate
-from harness.vocab import Mechanism
+from harness.vocab import Mechanism, TableKind
 
 MAX_GROUPS = 1000  # failure groups read from an aggregate
 Bad = Callable[[str], HarnessError]
@@ -110,11 +112,40 @@ def _report_side(path: Path) -> Side:
     return Side(path, "report", report, {sig.kind: 1}, failed, sig)
 
 
+@dataclass(frozen=True)
+class _Group:
+    kind: Kind
+    mechanism: Mechanism | None = None
+    location: str | None = None
+    cause: str | None = None
+    count: Annotated[int, Field(ge=0)] = 0
+
+
+@dataclass(frozen=True)
+class _Row:
+    report_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """What diff reads of repeat.json (report/repeat.py and report/matrix.py write it),
+    read through pydantic: a value of the wrong type is one line naming its key path."""
+
+    # runs by verdict kind: at least one
+    counts: Annotated[dict[Kind, Annotated[int, Field(ge=0, strict=True)]], Field(min_length=1)]
+    groups: tuple[_Group, ...] = ()  # failures by signature
+    rows: tuple[_Row, ...] = ()  # the first names the first run's report folder
+    directory: str | None = None  # where the aggregate was written
+
+
+_AGGREGATE: list[TypeAdapter[Aggregate]] = []  # built on first use
+
+
 def _aggregate_side(folder: Path, name: str) -> Side:
     where = folder / name
     data = read_json(folder, name, "not a repeat aggregate", REPORT_JSON_LIMIT)
     bad = _bad(where)
-    if not isinstance(data, dict) or data.get("mode") != "repeat":
+    if not isinstance(data, dict) or data.get("mode") != TableKind.REPEAT:
         raise bad('not an object with mode "repeat"')
     version = data.get("schema_version", 1)
     if isinstance(version, bool) or not isinstance(version, int):
@@ -125,10 +156,20 @@ def _aggregate_side(folder: Path, name: str) -> Side:
             f"({AGGREGATE_SCHEMA_VERSION}): read it with a newer harness",
             USAGE,
         )
-    counts = _kind_counts(data.get("counts"), bad)
-    signatures = _signatures(data.get("groups", []), bad)
-    report, notes = _first_run(folder, data.get("rows", []), data.get("directory"), bad)
-    return Side(where, "repeat", report, counts, signatures, None, notes)
+    known = {k: data[k] for k in ("counts", "groups", "rows", "directory") if k in data}
+    if isinstance(known.get("groups"), list):
+        known["groups"] = known["groups"][:MAX_GROUPS]
+    if not _AGGREGATE:
+        _AGGREGATE.append(TypeAdapter(Aggregate))
+    try:
+        agg = _AGGREGATE[0].validate_python(known)
+    except ValidationError as exc:
+        raise bad(validation_line(exc)) from None
+    groups = sorted(agg.groups, key=lambda g: -g.count)
+    signatures = [FailureSignature(g.kind, g.mechanism, g.location, g.cause) for g in groups]
+    first = agg.rows[0].report_dir if agg.rows else None
+    report, notes = _first_run(folder, first, agg.directory)
+    return Side(where, "repeat", report, dict(agg.counts), signatures, None, notes)
 
 
 def _bad(where: Path) -> Bad:
@@ -136,58 +177,15 @@ def _bad(where: Path) -> Bad:
     return lambda why: HarnessError(f"{where}: not a repeat aggregate this version reads: {why}")
 
 
-def _kind_counts(value: Any, bad: Bad) -> dict[Kind, int]:
-    if not isinstance(value, dict) or not value:
-        raise bad("counts: expected an object of verdict kind → runs")
-    counts: dict[Kind, int] = {}
-    for k, n in value.items():
-        try:
-            kind = outcome.kind_of(k)
-        except ValueError as exc:
-            raise bad(f"counts.{k}: {exc}") from None
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise bad(f"counts.{k}: {n!r} is not a count of runs")
-        counts[kind] = n
-    return counts
-
-
-def _signatures(value: Any, bad: Bad) -> list[FailureSignature]:
-    if not isinstance(value, list):
-        raise bad("groups: expected an array")
-    found: list[tuple[int, FailureSignature]] = []
-    for i, g in enumerate(value[:MAX_GROUPS]):
-        if not isinstance(g, dict) or not isinstance(g.get("kind"), str):
-            raise bad(f"groups[{i}]: expected an object with a kind")
-        try:
-            kind = outcome.kind_of(g["kind"])
-        except ValueError as exc:
-            raise bad(f"groups[{i}].kind: {exc}") from None
-        location, cause = g.get("location"), g.get("cause")
-        if not all(p is None or isinstance(p, str) for p in (location, cause)):
-            raise bad(f"groups[{i}]: location and cause are strings or null")
-        try:
-            mechanism = None if g.get("mechanism") is None else Mechanism(g["mechanism"])
-        except ValueError:
-            raise bad(f"groups[{i}].mechanism: {g['mechanism']!r} is not a mechanism") from None
-        count = g.get("count", 0)
-        sig = FailureSignature(kind, mechanism, location, cause)
-        found.append((count if isinstance(count, int) else 0, sig))
-    return [s for _, s in sorted(found, key=lambda cs: -cs[0])]
-
-
 def _first_run(
-    folder: Path, rows: Any, directory: Any, bad: Bad
+    folder: Path, recorded: str | None, directory: str | None
 ) -> tuple[Report | None, list[str]]:
     """The report of the aggregate's first run, found inside the aggregate's folder: its
     recorded folder when that is inside, else the same path under wherever the aggregate is
     now (a CI artifact downloaded elsewhere). Never a folder outside it."""
-    if not isinstance(rows, list):
-        raise bad("rows: expected an array")
-    first = rows[0] if rows else None
-    recorded = first.get("report_dir") if isinstance(first, dict) else None
-    if not isinstance(recorded, str) or not recorded:
+    if not recorded:
         return None, ["its first run names no report folder: settings and host not compared"]
-    for rel in _candidates(folder, recorded, directory if isinstance(directory, str) else None):
+    for rel in _candidates(folder, recorded, directory):
         try:
             target = confined(folder, rel, what=f"{folder}: the first run's report")
         except HarnessError:

@@ -7,9 +7,13 @@ What the bytes then mean is `report.load`'s business."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from harness.config.schema_errors import what_is_wrong
 from harness.contain import confined, read_regular
 from harness.errors import HarnessError
 from harness.filenames import REPORT_JSON
@@ -58,6 +62,24 @@ def read_json(folder: Path, rel: str, what: str, limit: int = EVIDENCE_LIMIT) ->
         raise HarnessError(f"{where}: not valid JSON: {exc}", USAGE) from None
     _check_depth(data, where)
     return data
+
+
+def json_path(loc: Sequence[str | int]) -> str:
+    """A pydantic error's place as a JSON key path: `rows[0].report_dir`, `counts.hung`."""
+    out = ""
+    for part in loc:
+        if part == "[key]":  # the key itself is wrong: its path is the key's
+            continue
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out.lstrip(".")
+
+
+def validation_line(exc: ValidationError, root: str = "") -> str:
+    """A JSON value's first wrong part, in one line, its path under `root`:
+    `counts.hang: must be >= 0, not -1`."""
+    first = exc.errors()[0]
+    where = ".".join(p for p in (root, json_path(first["loc"])) if p)
+    return f"{where}: {what_is_wrong(first)}" if where else what_is_wrong(first)
 
 
 def _check_depth(data: Any, where: str) -> None:

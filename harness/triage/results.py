@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import Field, TypeAdapter, ValidationError
 
 from harness.outcome import Kind
+from harness.report.reading import validation_line
 from harness.source.blame import HangBlame
 from harness.vocab import Decision, DoctorStatus, KnobEffect, Mechanism, TriageStep
 
@@ -217,9 +218,5 @@ def read_result(name: TriageStep, data: object) -> StepResult | None:
     try:
         found: StepResult = _adapter(RESULTS[name]).validate_python(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = [str(p) for p in first["loc"]]
-        where = ".".join(["result", *(p for p in loc if p != "[key]")])
-        where += " (a key)" if "[key]" in loc else ""
-        raise ValueError(f"step {name}: {where}: {first['msg']}") from None
+        raise ValueError(f"step {name}: {validation_line(exc, 'result')}") from None
     return found
