@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field
 
 from harness import outcome
 from harness.contain import confined
@@ -21,7 +21,7 @@ from harness.outcome import USAGE, Kind
 from harness.report.load import load_report
 from harness.report.matrix import SCHEMA_VERSION as AGGREGATE_SCHEMA_VERSION
 from harness.report.model import Report, plain
-from harness.report.reading import REPORT_JSON_LIMIT, read_json, validation_line
+from harness.report.reading import REPORT_JSON_LIMIT, parse, read_json
 from harness.report.repeat import NOT_RAN
 from harness.report.signature import FailureSignature
 from harness.stats import Rate
@@ -138,9 +138,6 @@ class Aggregate:
     directory: str | None = None  # where the aggregate was written
 
 
-_AGGREGATE: list[TypeAdapter[Aggregate]] = []  # built on first use
-
-
 def _aggregate_side(folder: Path, name: str) -> Side:
     where = folder / name
     data = read_json(folder, name, "not a repeat aggregate", REPORT_JSON_LIMIT)
@@ -159,12 +156,10 @@ def _aggregate_side(folder: Path, name: str) -> Side:
     known = {k: data[k] for k in ("counts", "groups", "rows", "directory") if k in data}
     if isinstance(known.get("groups"), list):
         known["groups"] = known["groups"][:MAX_GROUPS]
-    if not _AGGREGATE:
-        _AGGREGATE.append(TypeAdapter(Aggregate))
     try:
-        agg = _AGGREGATE[0].validate_python(known)
-    except ValidationError as exc:
-        raise bad(validation_line(exc)) from None
+        agg = parse(Aggregate, known)
+    except ValueError as exc:
+        raise bad(str(exc)) from None
     groups = sorted(agg.groups, key=lambda g: -g.count)
     signatures = [FailureSignature(g.kind, g.mechanism, g.location, g.cause) for g in groups]
     first = agg.rows[0].report_dir if agg.rows else None

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from harness.config.schema_errors import what_is_wrong
 from harness.contain import confined, read_regular
@@ -62,6 +62,29 @@ def read_json(folder: Path, rel: str, what: str, limit: int = EVIDENCE_LIMIT) ->
         raise HarnessError(f"{where}: not valid JSON: {exc}", USAGE) from None
     _check_depth(data, where)
     return data
+
+
+T = TypeVar("T")
+# pydantic's reader and writer of a dataclass, by its qualified name, built on first use:
+# one costs tens of ms, and every harness start imports the modules that use them
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
+
+
+def adapter(cls: type[T]) -> TypeAdapter[T]:
+    key = f"{cls.__module__}.{cls.__qualname__}"
+    found = _ADAPTERS.get(key)
+    if found is None:
+        found = _ADAPTERS[key] = TypeAdapter(cls)
+    return found
+
+
+def parse(cls: type[T], data: object, root: str = "") -> T:
+    """JSON data (already read, bounded) as `cls`; a ValueError saying its first wrong
+    value in one line, its key path under `root` (validation_line)."""
+    try:
+        return adapter(cls).validate_python(data)
+    except ValidationError as exc:
+        raise ValueError(validation_line(exc, root)) from None
 
 
 def json_path(loc: Sequence[str | int]) -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field
 
 from harness.outcome import Kind
-from harness.report.reading import validation_line
+from harness.report.reading import adapter, parse
 from harness.source.blame import HangBlame
 from harness.vocab import Decision, DoctorStatus, KnobEffect, Mechanism, TriageStep
 
@@ -191,23 +191,11 @@ RESULTS: dict[TriageStep, type[Any]] = {
 }
 
 
-_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
-
-
-def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
-    """Built on first use: building one costs tens of ms, and every harness start imports
-    this module (the CLI's triage command)."""
-    found = _ADAPTERS.get(cls.__name__)
-    if found is None:
-        found = _ADAPTERS[cls.__name__] = TypeAdapter(cls)
-    return found
-
-
 def result_json(result: StepResult | None) -> dict[str, Any]:
     """A result as triage.json holds it (`{}` for a step that found nothing)."""
     if result is None:
         return {}
-    data: dict[str, Any] = _adapter(type(result)).dump_python(result, mode="json")
+    data: dict[str, Any] = adapter(type(result)).dump_python(result, mode="json")
     return data
 
 
@@ -216,7 +204,7 @@ def read_result(name: TriageStep, data: object) -> StepResult | None:
     if data is None or data == {}:
         return None
     try:
-        found: StepResult = _adapter(RESULTS[name]).validate_python(data)
-    except ValidationError as exc:
-        raise ValueError(f"step {name}: {validation_line(exc, 'result')}") from None
+        found: StepResult = parse(RESULTS[name], data, "result")
+    except ValueError as exc:
+        raise ValueError(f"step {name}: {exc}") from None
     return found
