@@ -208,10 +208,11 @@ COMMAND_EXITS: dict[str, type[CommandExit]] = {
     "pin verify": PinVerifyExit,
     "triage": TriageExit,
 }
-# every command's besides its own
+# every command's besides its own (bisect-step's bad input and bugs abort: 255)
+INTERRUPTED_EXIT = ("128+N", "interrupted by signal N")
 COMMON_EXITS = (
     (str(USAGE), "bad input or configuration"),
-    ("128+N", "interrupted by signal N"),
+    INTERRUPTED_EXIT,
     (str(INTERNAL_ERROR), "a harness bug (traceback under --report-dir)"),
 )
 
@@ -219,10 +220,7 @@ COMMON_EXITS = (
 def exit_help(command: str) -> str:
     """One paragraph for a command's --help: its own codes, then every command's."""
     own = [(str(int(c)), c.meaning) for c in COMMAND_EXITS[command]]
-    if command == "bisect-step":  # bad input and a harness bug abort git bisect run: 255
-        own += [c for c in COMMON_EXITS if c[0] == "128+N"]
-    else:
-        own += COMMON_EXITS
+    own += [INTERRUPTED_EXIT] if command == "bisect-step" else COMMON_EXITS
     said = "; ".join(f"{code} {meaning}" for code, meaning in own)
     return f"Exit codes of {command}: {said}."
 

@@ -55,9 +55,13 @@ exit codes:
         for o in outcome.OUTCOMES.values()
         if o.kind != Kind.ERROR
     )
-    + f"""
-  {outcome.USAGE:<5} usage or configuration error
-  {outcome.INTERNAL_ERROR:<5} internal error of the harness (traceback under --report-dir)"""
+    + "\n"
+    # the interrupt is a kind above; bad input and a harness bug are every command's
+    + "\n".join(
+        f"  {code:<5} {meaning}"
+        for code, meaning in outcome.COMMON_EXITS
+        if (code, meaning) != outcome.INTERRUPTED_EXIT
+    )
 )
 
 REDELIVER_WAIT_S = 5.0  # for the hook that saw an Interrupted dropped to return
