@@ -177,6 +177,12 @@ def _step_json(field: str) -> str:
         (_step_json('"result": {"kind": "bogus"}'), "result.kind: 'bogus' is not one of"),
         (_step_json('"result": {"failure_rate": 1.5}'), "result.failure_rate: must be <= 1"),
         (_step_json('"result": [1]'), "step reproduce: result: input should be"),
+        # the host is the doctor's typed fingerprint, read back by pydantic too
+        (
+            '{"mode": "triage", "schema_version": 1, "env": "breakout", "steps": [], '
+            '"host": {"cpus_online": "two"}}',
+            "host.cpus_online: ",
+        ),
     ],
 )
 def test_resume_refuses_a_damaged_or_newer_triage(
@@ -259,7 +265,7 @@ def test_replica_triage(
         assert res.returncode == outcome.TriageExit.FIXED, res.stderr[-3000:] + res.stdout
         data, result = _loaded(_folder(tmp_path / label))
         assert result.reproduced and result.fix_confirmed == "fixed"
-        assert result.finished_at and result.host.get("kernel")
+        assert result.finished_at and result.host is not None and result.host.kernel
         assert all(s.status is not StepStatus.PENDING for s in result.steps)
 
         rep = result.found(ReproduceResult)

@@ -17,6 +17,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from harness.doctor.fingerprint import HostFingerprint
 from harness.outcome import Kind
 from harness.source.blame import HangBlame, LineCommit
 from harness.triage.model import Step, TriageResult
@@ -235,7 +236,7 @@ def replica(root: Path) -> TriageResult:
             "the knobs --vec.num-threads, --base.async do not matter; OMP_NUM_THREADS does",
             "omp-free fixes it (confirmed)",
         ],
-        host=dict(HOST),
+        host=HostFingerprint(**HOST),
         commands=[
             "harness run breakout --pin replica --repeat 4",
             "harness compare breakout --pin replica --variant stock --variant omp-free",
@@ -491,7 +492,7 @@ def test_results_missing_every_key_still_render(tmp_path: Path) -> None:
     r.step(TriageStep.HISTORY).result = read_result(TriageStep.HISTORY, {"first_bad": {}})
     assert r.found(ExplainResult) == ExplainResult()
     assert r.found(HistoryResult).first_bad == FirstBad()
-    r.host, r.commands, r.fix_confirmed = {}, [], None
+    r.host, r.commands, r.fix_confirmed = None, [], None
     write_story(r)
     md = (tmp_path / "issue.md").read_text()
     check_rendered(md)

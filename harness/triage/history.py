@@ -116,12 +116,7 @@ def _run(
 
 def _found(step: Step, **changes: Any) -> None:
     """The History result with `changes` (History learns its result a piece at a time)."""
-    before = step.result if isinstance(step.result, HistoryResult) else HistoryResult()
-    step.result = replace(before, **changes)
-
-
-def _result(step: Step) -> HistoryResult:
-    return step.result if isinstance(step.result, HistoryResult) else HistoryResult()
+    step.result = replace(step.found(HistoryResult), **changes)
 
 
 def _hunt(step: Step, opts: TriageOptions, pin: Pin, hunt: Hunt, bad: CommitInfo) -> None:
@@ -269,9 +264,9 @@ def _count(step: Step, hunt: Hunt, result: TriageResult) -> None:
     step.builds_made = sum(bool(r.build_key) and not r.cache_hit for r in runs)
     if isinstance(step.result, HistoryResult):  # the commits tested, as far as it got
         _found(step, searched=tuple(hunt.searched))
-    folder = _result(step).folder
+    folder = step.found(HistoryResult).folder
     dirs = [os.path.relpath(r.report_dir, result.directory) for r in runs if r.report_dir]
     step.runs = ([folder] if folder else []) + dirs
-    first_bad = _result(step).first_bad
+    first_bad = step.found(HistoryResult).first_bad
     if first_bad is not None:
         result.first_bad = first_bad.sha

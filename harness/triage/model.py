@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from harness.doctor.fingerprint import HostFingerprint
 from harness.pipeline.options import RunOptions
+from harness.report.reading import parse
 from harness.triage.results import (
     RESULTS,
     ExplainResult,
@@ -47,6 +49,10 @@ class Step:
     duration_s: float | None = None
     runs_made: int = 0  # child runs this step started (a resumed step: 0)
     builds_made: int = 0  # builds that were not cache hits
+
+    def found(self, kind: type[R]) -> R:
+        """Its result as a `kind`, or an empty one (nothing recorded yet)."""
+        return self.result if isinstance(self.result, kind) else kind()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -133,7 +139,7 @@ class TriageResult:
     fix_confirmed: str | None = None  # the variant confirmed
     first_bad: str | None = None  # sha
     conclusion: list[str] = field(default_factory=list)
-    host: dict[str, Any] = field(default_factory=dict)  # the host fingerprint, as report.json
+    host: HostFingerprint | None = None  # the host as it was found, as report.json has it
     commands: list[str] = field(default_factory=list)  # what reproduces it, exactly
 
     def step(self, name: TriageStep) -> Step:
@@ -143,8 +149,8 @@ class TriageResult:
         """What the step that records a `kind` found: its result, or an empty one (a step
         not run yet, one that recorded nothing, or a file without that step)."""
         name = next(n for n, c in RESULTS.items() if c is kind)
-        result = next((s.result for s in self.steps if s.name is name), None)
-        return result if isinstance(result, kind) else kind()
+        step = next((s for s in self.steps if s.name is name), None)
+        return step.found(kind) if step is not None else kind()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -161,7 +167,7 @@ class TriageResult:
             "fix_confirmed": self.fix_confirmed,
             "first_bad": self.first_bad,
             "conclusion": list(self.conclusion),
-            "host": self.host,
+            "host": self.host.to_json() if self.host is not None else {},
             "commands": list(self.commands),
             "steps": [s.to_json() for s in self.steps],
         }
@@ -181,6 +187,6 @@ class TriageResult:
             fix_confirmed=data.get("fix_confirmed"),
             first_bad=data.get("first_bad"),
             conclusion=[str(c) for c in data.get("conclusion") or []],
-            host=dict(data.get("host") or {}),
+            host=parse(HostFingerprint, data["host"], "host") if data.get("host") else None,
             commands=[str(c) for c in data.get("commands") or []],
         )

@@ -14,12 +14,12 @@ import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from harness import outcome
 from harness.config.defaults import compare_baseline, default_pin
 from harness.config.pin import Pin, check_env, load_pin
 from harness.config.scenario import load_scenario
+from harness.doctor.fingerprint import HostFingerprint, take_fingerprint
 from harness.errors import HarnessError, Interrupted
 from harness.filenames import TRIAGE_JSON
 from harness.files import atomic_write
@@ -316,14 +316,12 @@ def commands(ctx: steps.Context) -> list[str]:
     return out
 
 
-def _fingerprint(ctx: steps.Context) -> dict[str, Any]:
+def _fingerprint(ctx: steps.Context) -> HostFingerprint:
     import os
-
-    from harness.doctor.fingerprint import take_fingerprint
 
     env = {**os.environ, **ctx.base().conditions.env, **ctx.opts.run.trainer_env}
     cpus = ctx.base().conditions.cpus
-    return take_fingerprint(env, list(cpus) if cpus is not None else None).to_json()
+    return take_fingerprint(env, list(cpus) if cpus is not None else None)
 
 
 def _story(result: TriageResult) -> list[Path]:

@@ -8,12 +8,11 @@ claim exist: regular files inside the triage folder, as they are now."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from harness import outcome
 from harness.contain import is_inside
+from harness.doctor.fingerprint import HostFingerprint
 from harness.filenames import (
     INDEX_HTML,
     REPEAT_JSON,
@@ -29,31 +28,10 @@ from harness.vocab import StepStatus, TableKind, TriageStep
 NOT_KNOWN = "not known"
 
 
-def _num(value: object) -> float | None:
-    """A number of the host object (or a duration); None for anything else."""
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _text(host: Mapping[str, Any], key: str) -> str | None:
-    """A scalar of the host object as text; None for a missing, empty or container value."""
-    value = host.get(key)
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int | float | str) and value != "":
-        return str(value)
-    return None
-
-
-def _lines(value: object) -> list[str]:
-    """A list of the host object's lines (gpus, container hints); anything else dropped."""
-    return [v for v in value if isinstance(v, str) and v] if isinstance(value, list) else []
-
-
 def seconds(value: float | None) -> str:
-    s = _num(value)
-    if s is None:
+    if value is None:
         return NOT_KNOWN
-    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
+    return f"{value:.0f} s" if value < 120 else f"{value / 60:.1f} min"
 
 
 def pct(value: float) -> str:
@@ -137,53 +115,41 @@ def ranges(cpus: object) -> str | None:
     return ",".join(spans)
 
 
-def host_facts(host: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The host fingerprint (doctor/fingerprint.py, as report.json holds it: a plain object,
-    read defensively) as (label, plain text) pairs."""
-    h: Mapping[str, Any] = host if isinstance(host, Mapping) else {}
-    if not h:
+def host_facts(h: HostFingerprint | None) -> list[tuple[str, str]]:
+    """The host fingerprint (doctor/fingerprint.py) as (label, plain text) pairs."""
+    if h is None:
         return [("host", NOT_KNOWN)]
-    os_text = " ".join(x for x in (_text(h, "kernel"), _text(h, "machine")) if x)
-    if kernel_version := _text(h, "kernel_version"):
-        os_text += f" ({kernel_version})"
-    cpus = _text(h, "cpus_online")
-    if cpus and (online := _text(h, "cpus_online_list")):
-        cpus += f" online ({online})"
-    affinity = ranges(h.get("trainer_affinity")) or ranges(h.get("affinity"))
-    quota = _num(h.get("cpu_quota"))
-    memory = _num(h.get("memory_limit"))
+    os_text = " ".join(x for x in (h.kernel, h.machine) if x)
+    if h.kernel_version:
+        os_text += f" ({h.kernel_version})"
+    cpus = str(h.cpus_online) if h.cpus_online is not None else ""
+    if cpus and h.cpus_online_list:
+        cpus += f" online ({h.cpus_online_list})"
+    affinity = ranges(h.trainer_affinity) or ranges(h.affinity)
     cgroup = [
-        f"CPU quota {quota:g} CPUs" if quota is not None else "no CPU quota",
-        f"memory {memory / 2**30:.1f} GiB" if memory is not None else "no memory limit",
+        f"CPU quota {h.cpu_quota:g} CPUs" if h.cpu_quota is not None else "no CPU quota",
+        f"memory {h.memory_limit / 2**30:.1f} GiB"
+        if h.memory_limit is not None
+        else "no memory limit",
     ]
-    if group := _text(h, "cgroup"):
-        cgroup.append(f"cgroup {group}")
-    container = _lines(h.get("container"))
-    gpus = _lines(h.get("gpus"))
-    gpu = "; ".join(gpus) if gpus else "none found"
-    if driver := _text(h, "gpu_driver"):
-        gpu += f" (NVIDIA driver {driver})"
-    env = h.get("env")
-    env_text = (
-        " ".join(f"{k}={v}" for k, v in env.items() if isinstance(v, str))
-        if isinstance(env, Mapping)
-        else ""
-    )
-    load = h.get("load")
-    load_text = (
-        " ".join(f"{x:.2f}" for x in load if _num(x) is not None) if isinstance(load, list) else ""
-    )
+    if h.cgroup:
+        cgroup.append(f"cgroup {h.cgroup}")
+    gpu = "; ".join(h.gpus) if h.gpus else "none found"
+    if h.gpu_driver:
+        gpu += f" (NVIDIA driver {h.gpu_driver})"
+    env_text = " ".join(f"{k}={v}" for k, v in h.env.items())
+    load_text = " ".join(f"{x:.2f}" for x in h.load or [])
     return [
         ("OS / kernel", os_text or NOT_KNOWN),
-        ("libc", _text(h, "libc") or NOT_KNOWN),
-        ("compiler", _text(h, "compiler") or NOT_KNOWN),
+        ("libc", h.libc or NOT_KNOWN),
+        ("compiler", h.compiler or NOT_KNOWN),
         ("CPUs", cpus or NOT_KNOWN),
         ("affinity", affinity or NOT_KNOWN),
         ("cgroup limits", ", ".join(cgroup)),
-        ("container", "; ".join(container) if container else "no hint of one"),
+        ("container", "; ".join(h.container) if h.container else "no hint of one"),
         ("load average", load_text or NOT_KNOWN),
         ("GPU", gpu),
-        ("OpenMP runtime", _text(h, "openmp_runtime") or NOT_KNOWN),
+        ("OpenMP runtime", h.openmp_runtime or NOT_KNOWN),
         ("threading env", env_text or "none set"),
     ]
 
