@@ -76,6 +76,17 @@ class HangBlame:
     pragma_introduced: LineCommit | None = None  # git log -S: the commit that added it there
     reason: str = ""  # why a commit is None ("" when nothing is missing), one line
 
+    @property
+    def where(self) -> str:
+        """`file:line`, or the file alone ("" when neither is known)."""
+        return f"{self.file}:{self.line}" if self.file and self.line else self.file
+
+    @property
+    def construct(self) -> LineCommit | None:
+        """The commit that brought the construct over the line in: git log -S's (a reindent
+        does not fool it), else the blame of the pragma's line."""
+        return self.pragma_introduced or self.pragma_commit
+
 
 def _commit(info: CommitInfo, file: str, line: int, how: BlameHow) -> LineCommit:
     return LineCommit(info.sha, info.subject, info.author, info.date, file, line, how)

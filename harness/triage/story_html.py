@@ -180,11 +180,7 @@ def _why(r: TriageResult, ev: Evidence) -> str:
 
 
 def _blame_pairs(blame: HangBlame) -> list[tuple[str, str]]:
-    where = blame.file
-    if where and blame.line:
-        where += f":{blame.line}"
-    line = blame.commit
-    pragma = blame.pragma_introduced or blame.pragma_commit
+    where, line, pragma = blame.where, blame.commit, blame.construct
     return [
         ("line", f"<code>{escape(where)}</code>" if where else e(NOT_KNOWN)),
         ("its commit", e(f"{line.short} {line.subject}".rstrip() if line else NOT_KNOWN)),

@@ -144,14 +144,9 @@ def _blame(r: TriageResult) -> list[str]:
     if exp.status is not StepStatus.DONE:
         out.append(f"- **the located line**: {t(not_investigated(exp) or '')}")
     elif blame is not None:
-        where = blame.file or NOT_KNOWN
-        if blame.line:
-            where += f":{blame.line}"
+        where = blame.where or NOT_KNOWN
         out.append(f"- **the located line** {c(where)}: {_commit(blame.commit)}")
-        out.append(
-            "- **the commit that brought its construct in**: "
-            + _commit(blame.pragma_introduced or blame.pragma_commit)
-        )
+        out.append(f"- **the commit that brought its construct in**: {_commit(blame.construct)}")
     else:  # the run says why it did not blame ("no history to blame: a path source")
         why = r.found(ExplainResult).blame_skipped or "no blame (not a git source?)"
         out.append(f"- **the located line**: {t(f'not known: {why}')}")
