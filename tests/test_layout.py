@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 
@@ -148,19 +150,33 @@ def test_the_size_check_names_a_module_over_the_limit(tmp_path: Path) -> None:
     assert oversized(tmp_path) == [f"harness/pkg/long.py: {MODULE_LINES + 1} lines (at most 450)"]
 
 
+@functools.cache
+def parsed(root: Path) -> tuple[tuple[Path, ast.Module], ...]:
+    """Every module of `root`/harness, parsed once for the checks below: its path relative
+    to `root`, its tree."""
+    return tuple(
+        (path.relative_to(root), ast.parse(path.read_text()))
+        for path in sorted((root / "harness").rglob("*.py"))
+    )
+
+
+def nodes(root: Path) -> Iterator[tuple[Path, ast.AST]]:
+    """Every node of every module of `root`/harness, with its module's relative path."""
+    for where, tree in parsed(root):
+        for node in ast.walk(tree):
+            yield where, node
+
+
 def test_no_module_imports_another_modules_private_names() -> None:
     """What one module uses of another is public: `from harness.x import _name` is refused
     anywhere in harness/ (the dashboard formats and the NVML readers once did)."""
-    modules = sorted((ROOT / "harness").rglob("*.py"))
-    assert len(modules) > 100
+    assert len(parsed(ROOT)) > 100
     found = []
-    for path in modules:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness"):
-                names = [a.name for a in node.names if a.name.startswith("_")]
-                private = [n for n in names if not (n.startswith("__") and n.endswith("__"))]
-                where = path.relative_to(ROOT)
-                found += [f"{where}: {name} from {node.module}" for name in private]
+    for where, node in nodes(ROOT):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness"):
+            names = [a.name for a in node.names if a.name.startswith("_")]
+            private = [n for n in names if not (n.startswith("__") and n.endswith("__"))]
+            found += [f"{where}: {name} from {node.module}" for name in private]
     assert found == []
 
 
@@ -172,16 +188,15 @@ def vocabulary_fields(root: Path) -> dict[str, set[str]]:
     enums["Kind"] = outcome.Kind
     word = re.compile(r"\b(" + "|".join(sorted(enums)) + r")\b")
     fields: dict[str, set[str]] = {}
-    for path in sorted((root / "harness").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.ClassDef):
+    for _, node in nodes(root):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            if not isinstance(item, ast.AnnAssign) or not isinstance(item.target, ast.Name):
                 continue
-            for item in node.body:
-                if not isinstance(item, ast.AnnAssign) or not isinstance(item.target, ast.Name):
-                    continue
-                for name in word.findall(ast.unparse(item.annotation)):
-                    words = fields.setdefault(item.target.id, set())
-                    words |= {m.value for m in enums[name]}
+            for name in word.findall(ast.unparse(item.annotation)):
+                words = fields.setdefault(item.target.id, set())
+                words |= {m.value for m in enums[name]}
     return fields
 
 
@@ -204,15 +219,13 @@ def literal_vocabulary_comparisons(root: Path) -> list[str]:
     comparison that is silently never true."""
     fields = vocabulary_fields(root)
     found = []
-    for path in sorted((root / "harness").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Compare):
-                continue
+    for path, node in nodes(root):
+        if isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
             typed = [o.attr for o in operands if isinstance(o, ast.Attribute) and o.attr in fields]
             literal = [w for o in operands for w in _words(o)]
             if any(w in fields[t] for t in typed for w in literal):
-                where = f"{path.relative_to(root)}:{node.lineno}"
+                where = f"{path}:{node.lineno}"
                 found.append(f"{where}: {ast.unparse(node)}")
     return found
 
@@ -257,12 +270,11 @@ def spelt_file_names(root: Path) -> list[str]:
     names = {v for k, v in vars(filenames).items() if k.isupper() and isinstance(v, str)}
     names |= {filenames.table_json(t) for t in vocab.TableKind}
     found = []
-    for path in sorted((root / "harness").rglob("*.py")):
-        if path.relative_to(root) == Path("harness/filenames.py"):
+    for path, node in nodes(root):
+        if path == Path("harness/filenames.py"):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and node.value in names:
-                found.append(f"{path.relative_to(root)}:{node.lineno}: {node.value}")
+        if isinstance(node, ast.Constant) and node.value in names:
+            found.append(f"{path}:{node.lineno}: {node.value}")
     return found
 
 
