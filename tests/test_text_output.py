@@ -165,13 +165,15 @@ def test_report_json_lists_the_files_of_the_folder_not_a_write_in_progress(
 
 
 def test_the_summary_shows_the_wake_chain_once(tmp_path: Path) -> None:
-    """The chain has its own row; the verdict's evidence line that names it too (for
-    report.md) is not shown again in the box, cut at 200 characters."""
+    """The chain has its own row (line) in the box, report.md and report.html; the
+    verdict's evidence line that names it too (report.json keeps it) is not shown again."""
     import io
 
     from harness.analysis.classify import Verdict
     from harness.outcome import Kind
     from harness.report.console import print_summary
+    from harness.report.html import render_html
+    from harness.report.markdown import render_report
     from harness.sampling.model import WAKE_EVIDENCE
 
     chain = "pid 10 tid 10 (puffer) wait4 for child 11 → ends: nobody: no live thread"
@@ -190,3 +192,7 @@ def test_the_summary_shows_the_wake_chain_once(tmp_path: Path) -> None:
     text = out.getvalue()
     assert "chain" in text and "a closed set" in text and "pid 10 waits on the tree" in text
     assert WAKE_EVIDENCE not in text and text.count("wait4 for child 11") == 1
+    # report.md and report.html: the chain line, and the evidence without it
+    for page in (render_report(r), render_html(r)):
+        assert "a closed set" in page and "pid 10 waits on the tree" in page
+        assert WAKE_EVIDENCE not in page and page.count("wait4 for child 11") == 1, page

@@ -75,6 +75,12 @@ class Verdict:
         if self.kind is Kind.INTERRUPTED and signum:
             self.exit_code = outcome.interrupted_code(signum)
 
+    @property
+    def beside_chain(self) -> list[str]:
+        """The evidence lines a report shows under its chain row: all but the wake chain's
+        own line, which would show the chain again."""
+        return [e for e in self.evidence if not (self.wake_chain and e.startswith(WAKE_EVIDENCE))]
+
     def become(self, kind: Kind, *, signum: int | None = None) -> None:
         """Change the kind (a passing run whose checks failed, an interrupted one); the exit
         code follows from the registry again."""

@@ -16,7 +16,6 @@ from harness import outcome
 from harness.filenames import OUTPUT_LOG, REPORT_JSON, REPORT_MD, STACKS_TXT
 from harness.outcome import Kind
 from harness.report.model import Report
-from harness.sampling.model import WAKE_EVIDENCE
 from harness.source.blame import HangBlame
 from harness.text import terminal_safe
 from harness.vocab import CheckStatus
@@ -210,9 +209,7 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
         if len(failed) > 6:
             table.add_row("", f"... {len(failed) - 6} more in report.md")
     elif v is not None:
-        # the chain has its own row: its evidence line would show it again, cut
-        told = [e for e in v.evidence if not (v.wake_chain and e.startswith(WAKE_EVIDENCE))]
-        for line in told[: 3 if v.causes else 6]:  # a cause says the rest
+        for line in v.beside_chain[: 3 if v.causes else 6]:  # a cause says the rest
             safe = terminal_safe(line)
             table.add_row("", escape(safe if len(safe) < 200 else safe[:197] + "..."))
     console.print(Panel(table, title=shown(f"harness {r.mode}: {r.title}"), expand=False))

@@ -115,9 +115,10 @@ def verdict_block(r: Report) -> str:
         ("limits", escape(r.limits.describe()) if r.limits else ""),
     ]
     out.append(facts(rows))
-    if v is not None and v.evidence:
-        n = len(v.evidence)
-        items = "".join(f"<li><code>{escape(line)}</code></li>" for line in v.evidence)
+    evidence = v.beside_chain if v is not None else []
+    if evidence:
+        n = len(evidence)
+        items = "".join(f"<li><code>{escape(line)}</code></li>" for line in evidence)
         opened = " open" if n <= 4 else ""
         out.append(f"<details{opened}><summary>evidence ({n} lines)</summary><ul>{items}</ul>")
         out.append("</details>")

@@ -90,7 +90,7 @@ def render_report(r: Report) -> str:
             reason = hb.reason if hb is not None else v.blame_skipped
             if reason:
                 lines.append(f"- {md(reason, True)}")
-        lines += ["", "## Evidence", ""] + [f"- {md(e, True)}" for e in v.evidence] + [""]
+        lines += ["", "## Evidence", ""] + [f"- {md(e, True)}" for e in v.beside_chain] + [""]
     limits = r.limits
     rows: list[tuple[str, object]] = [
         ("run id", r.run_id),
