@@ -260,7 +260,7 @@ def test_an_aggregate_cannot_point_out_of_its_folder(passed: Path, tmp_path: Pat
         ({"counts": {"hang": -1}}, "counts.hang: must be >= 0, not -1"),
         ({"counts": {"hang": True}}, "counts.hang"),
         ({"counts": {}}, "counts: expected at least 1 entries"),
-        ({"rows": [{"report_dir": 7}]}, "rows[0].report_dir: expected a string, not 7"),
+        ({"rows": [{"report_dir": 7}]}, "rows[0].report_dir: expected a string, found a number"),
         ({"schema_version": 99}, "newer than this harness reads"),
         ({"mode": "sweep"}, 'mode "repeat"'),
         ({"groups": [{"kind": 3}]}, "groups[0]"),

@@ -34,8 +34,9 @@ from tests.harness_cli import ROOT, harness
 
 
 def minimal_old_report() -> dict[str, Any]:
-    """A report.json as an early harness wrote it: few keys, one unknown, nested samples
-    without most of their fields."""
+    """A report.json as an early harness wrote it: few top-level keys, one unknown, and
+    samples with only the keys every schema-1 harness wrote (tests/data/reports/ holds real
+    ones; a nested key that is missing is damage, not age: tests/test_bounded_reads.py)."""
     return {
         "schema_version": 1,
         "run_id": "20250101-000000-breakout-old0",
@@ -52,10 +53,29 @@ def minimal_old_report() -> dict[str, Any]:
                 {
                     "t": 0.0,
                     "processes": [
-                        {"pid": 10, "name": "puffer", "threads": [{"tid": 10, "state": "S"}]}
+                        {
+                            "pid": 10,
+                            "ppid": 1,
+                            "name": "puffer",
+                            "exe": "/w/puffer",
+                            "cmdline": ["puffer", "train"],
+                            "status": "sleeping",
+                            "is_python": False,
+                            "threads": [
+                                {
+                                    "tid": 10,
+                                    "name": "puffer",
+                                    "state": "S",
+                                    "wchan": "",
+                                    "syscall": "",
+                                    "cpu_time": 0.0,
+                                }
+                            ],
+                        }
                     ],
                 }
             ],
+            "activity": [],
             "stacks": [
                 {
                     "pid": 10,
@@ -65,6 +85,9 @@ def minimal_old_report() -> dict[str, Any]:
                     "frames": [{"function": "futex_wait"}, {"function": "env_start", "own": True}],
                 }
             ],
+            "tools": {"native": "gdb"},
+            "notes": [],
+            "duration_s": 2.0,
         },
         "a_key_from_the_future": {"x": 1},
     }

@@ -170,13 +170,19 @@ def _step_json(field: str) -> str:
         (_step_json('"runs_made": Infinity'), "is not a count"),
         (_step_json('"duration_s": "12"'), "is not a number of seconds"),
         # a result is read by its step's dataclass (triage/results.py): the key is named
-        (_step_json('"result": {"run_s": "abc"}'), "result.run_s: input should be a valid"),
+        (
+            _step_json('"result": {"run_s": "abc"}'),
+            "result.run_s: expected a number, found a string",
+        ),
         (_step_json('"result": {"run_s": -1}'), "result.run_s: must be >= 0, not -1"),
         (_step_json('"result": {"counts": {"hang": "x"}}'), "result.counts.hang: "),
-        (_step_json('"result": {"counts": {"hung": 1}}'), "result.counts.hung: 'hung' is not"),
-        (_step_json('"result": {"kind": "bogus"}'), "result.kind: 'bogus' is not one of"),
+        (
+            _step_json('"result": {"counts": {"hung": 1}}'),
+            'result.counts.hung: "hung" is not one of pass',
+        ),
+        (_step_json('"result": {"kind": "bogus"}'), 'result.kind: "bogus" is not one of'),
         (_step_json('"result": {"failure_rate": 1.5}'), "result.failure_rate: must be <= 1"),
-        (_step_json('"result": [1]'), "step reproduce: result: input should be"),
+        (_step_json('"result": [1]'), "step reproduce: result: expected an object, found an array"),
         # the host is the doctor's typed fingerprint, read back by pydantic too
         (
             '{"mode": "triage", "schema_version": 1, "env": "breakout", "steps": [], '

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from harness.jsonvalues import Measured
 from harness.process.cgroup import CGROUP_ROOT, cpu_quota
 from harness.process.tools import find_tool, run_tool
 
@@ -71,7 +72,7 @@ class HostFingerprint:
     affinity: list[int] | None = None  # the harness's own
     cpu_quota: float | None = None  # CPUs of bandwidth the cgroup grants; None: unlimited
     memory_limit: int | None = None  # bytes the cgroup grants; None: unlimited
-    load: list[float] | None = None  # load average at start: 1, 5, 15 minutes
+    load: list[Measured] | None = None  # load average at start: 1, 5, 15 minutes
     kernel: str = ""  # uname release
     kernel_version: str = ""  # uname version (build date, preemption model)
     machine: str = ""  # uname machine: x86_64, aarch64

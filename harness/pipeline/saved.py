@@ -33,9 +33,9 @@ from harness.filenames import OUTPUT_LOG, REPORT_JSON
 from harness.outcome import CHECK_FAILED, USAGE
 from harness.pipeline.options import CheckOptions
 from harness.report import reading, store
-from harness.report.model import CONFIG_EVIDENCE, EVIDENCE_DIR, RUN_EVIDENCE
+from harness.report.model import CONFIG_EVIDENCE, EVIDENCE_DIR, RUN_EVIDENCE, Report
 from harness.report.store import SavedStatus
-from harness.vocab import CheckStatus
+from harness.vocab import CheckStatus, RunMode
 
 NOWHERE = Path("/nonexistent")
 NOT_REPRODUCIBLE = (
@@ -71,7 +71,7 @@ def check_saved(opts: CheckOptions) -> SavedCheck:
     target = opts.target
     report_json = target / REPORT_JSON if target.is_dir() else target
     status: SavedStatus | None = None
-    saved: dict[str, object] = {}
+    report: Report | None = None  # None: a raw output log
     # a report.json that is a link, a FIFO or a device is refused by load_status, not
     # mistaken for a raw output log
     if report_json.name == REPORT_JSON and (report_json.exists() or report_json.is_symlink()):
@@ -79,43 +79,45 @@ def check_saved(opts: CheckOptions) -> SavedCheck:
         if status.abandoned:  # a running report whose harness died: record it, if we may
             with contextlib.suppress(OSError):  # a read-only artifact is still checked
                 status = store.mark_abandoned(status)
-        saved = status.data
+        report = status.report
         log = report_json.with_name(OUTPUT_LOG)
     elif target.exists() and not target.is_dir():
         log = target  # a FIFO or a device is refused when it is read
     else:
         raise HarnessError(f"{target}: no such report folder or output log", USAGE)
     folder = report_json.parent
-    evidence = saved.get("evidence")
-    if isinstance(evidence, dict):
+    self_contained = status is not None and status.self_contained
+    if self_contained:
         check_evidence_tree(folder)
     notes: list[str] = []
     if status is not None and not status.finished:
         notes.append(status.describe())
-    if status is not None and not isinstance(evidence, dict):
+    if status is not None and not self_contained:
         notes.append(NOT_REPRODUCIBLE)
-    command = _table_of(saved, "command")
+    command = report.command if report is not None else None
     text, cut = read_log(log, required=status is None)
     if cut:
         notes.append(cut)
-    if isinstance(evidence, dict):
-        pin, scenario = _from_evidence(opts, saved, folder, evidence)
+    if report is not None and self_contained:
+        pin, scenario = _from_evidence(opts, report, folder)
         # evidence/run holds this run's end-of-run log only: no start-time filter
         tree, run_dir, since = folder / CONFIG_EVIDENCE, folder / RUN_EVIDENCE, 0.0
     else:
-        pin, scenario = _named(opts, saved)
+        pin, scenario = _named(opts, report)
         # the same evaluation as the live run once did: the build's config files and, while
         # they still exist, the run's own end-of-run logs in its working folder
-        tree = Path(str(_table_of(saved, "build").get("tree") or NOWHERE))
-        run_dir = Path(str(command.get("cwd") or NOWHERE))
-        since = _epoch(saved.get("started_at"))
+        build = report.build if report is not None else None
+        tree = build.tree if build is not None and str(build.tree) else NOWHERE
+        run_dir = Path(command.cwd) if command is not None and command.cwd else NOWHERE
+        since = _epoch(report.started_at) if report is not None else float("inf")
     if scenario is None:
         if status is not None and not status.finished:
             raise HarnessError(f"{status.describe()}; no scenario to check", CHECK_FAILED)
         raise HarnessError("a raw output log needs --scenario NAME", USAGE)
     settings = scenario.settings(pin.lineage)
-    steps = opts.steps if opts.steps is not None else command.get("steps")
-    parser = opts.parser or (command.get("parser") if saved.get("mode") == "watch" else None)
+    steps = opts.steps if opts.steps is not None else (command.steps if command else None)
+    watched = report is not None and report.mode is RunMode.WATCH
+    parser = opts.parser or (command.parser if watched and command is not None else None)
     try:
         parsed = dashboard.parse_text(str(parser or pin.parser), text)
     except ValueError as exc:  # an unknown --parser
@@ -131,56 +133,54 @@ def check_saved(opts: CheckOptions) -> SavedCheck:
             tree=tree,
             run_dir=run_dir,
             env=settings.upstream_env,
-            argv=[str(a) for a in _list_of(command, "argv")],
+            argv=list(command.argv) if command is not None else [],
             # a build tree that is gone (or none: a raw log) has no config files to read
             config_files=(settings.config_files or pin.config_files) if tree.is_dir() else (),
             started_at=since,
-            steps=int(str(steps)) if steps else None,
+            steps=steps or None,
         )
     )
     return SavedCheck(results, f"{len(frames)} frames from {log}", notes, status)
 
 
-def _named_pin(opts: CheckOptions, saved: dict[str, object]) -> Pin:
+def _named_pin(opts: CheckOptions, report: Report | None) -> Pin:
     """--pin, else the pin a report names (its file while it exists, else its name)."""
-    pin_info = _table_of(saved, "pin")
-    pin_file = Path(str(pin_info.get("file", "")))
-    pin_ref = opts.pin or (str(pin_file) if pin_file.is_file() else pin_info.get("name"))
-    return load_pin(str(pin_ref or "replica"))
+    info = report.pin if report is not None else None
+    pin_file = Path(info.file) if info is not None and info.file else None
+    from_report = str(pin_file) if pin_file and pin_file.is_file() else (info and info.name)
+    return load_pin(str(opts.pin or from_report or "replica"))
 
 
-def _named_scenario(opts: CheckOptions, saved: dict[str, object]) -> Scenario | None:
+def _named_scenario(opts: CheckOptions, report: Report | None) -> Scenario | None:
     """--scenario, else the report's env's scenario; None for a raw log or a watch."""
-    name = opts.scenario or (str(saved["env"]) if saved.get("env") else None)
+    name = opts.scenario or (report.env if report is not None else None)
     return load_scenario(name) if name else None
 
 
-def _named(opts: CheckOptions, saved: dict[str, object]) -> tuple[Pin, Scenario | None]:
-    return _named_pin(opts, saved), _named_scenario(opts, saved)
+def _named(opts: CheckOptions, report: Report | None) -> tuple[Pin, Scenario | None]:
+    return _named_pin(opts, report), _named_scenario(opts, report)
 
 
-def _from_evidence(
-    opts: CheckOptions, saved: dict[str, object], folder: Path, evidence: dict[str, object]
-) -> tuple[Pin, Scenario | None]:
+def _from_evidence(opts: CheckOptions, report: Report, folder: Path) -> tuple[Pin, Scenario | None]:
     """The pin and scenario as the run used them, from its evidence/ (--pin and --scenario
     win); a report that kept none (a watch) names them as before."""
-    pin_rel, scenario_rel = evidence.get("pin"), evidence.get("scenario")
-    if opts.pin is None and isinstance(pin_rel, str):
+    pin_rel, scenario_rel = report.evidence.get("pin"), report.evidence.get("scenario")
+    if opts.pin is None and pin_rel:
         path = folder / pin_rel
         data = reading.read_json(folder, pin_rel, "unreadable pin evidence")
         if not isinstance(data, dict):
             raise HarnessError(f"{path}: unreadable pin evidence: not a JSON object", USAGE)
-        lineage = [str(n) for n in _list_of(_table_of(saved, "pin"), "lineage")]
+        lineage = report.pin.lineage if report.pin is not None else []
         pin = parse_pin(data, path, tuple(lineage[1:]))
     else:
-        pin = _named_pin(opts, saved)
-    if opts.scenario is None and isinstance(scenario_rel, str):
+        pin = _named_pin(opts, report)
+    if opts.scenario is None and scenario_rel:
         # checked (inside the folder, a regular file, under the cap) before the loader reads
         what = f"evidence scenario {scenario_rel!r}"
         reading.read_bytes(folder, scenario_rel, what, reading.EVIDENCE_LIMIT)
         scenario: Scenario | None = load_scenario(str(confined(folder, scenario_rel, what=what)))
     else:
-        scenario = _named_scenario(opts, saved)
+        scenario = _named_scenario(opts, report)
     return pin, scenario
 
 
@@ -234,19 +234,9 @@ def check_evidence_tree(folder: Path) -> None:
                 )
 
 
-def _table_of(data: dict[str, object], key: str) -> dict[str, object]:
-    value = data.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _list_of(data: dict[str, object], key: str) -> list[object]:
-    value = data.get(key)
-    return value if isinstance(value, list) else []
-
-
-def _epoch(stamp: object) -> float:
+def _epoch(stamp: str) -> float:
     """A report's started_at as a Unix time; without one, no end-of-run log is trusted."""
     try:
-        return datetime.datetime.strptime(str(stamp), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z").timestamp()
     except ValueError:
         return float("inf")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from pydantic import ConfigDict
 
 from harness import __version__
 from harness.analysis.checks import CheckResult
@@ -21,6 +22,7 @@ from harness.doctor.fingerprint import HostFingerprint
 from harness.execute.conditions import HostConditions
 from harness.filenames import REPORT_JSON
 from harness.hazards.model import HazardReport
+from harness.jsonvalues import Measured
 from harness.sampling.model import SampleSet
 from harness.vocab import RunMode, RunStatus, Stage, Trigger
 from harness.watch.watchdog import Limits
@@ -135,14 +137,14 @@ class Progress:
     partial_frames: int = 0
     progress_events: int = 0
     output_lines: int = 0
-    last_metrics: dict[str, float] = field(default_factory=dict)
+    last_metrics: dict[str, Measured] = field(default_factory=dict)
     measured_sps: float | None = None
     progressing_at_end: bool = False
     output_tail: list[str] = field(default_factory=list)
     unparsed_lines: int = 0  # lines not parsed because the output outran the parser
     frames_total: int = 0  # frames parsed, including those not kept in memory
     # the trainer's own end-of-run record (exact: the dashboard rounds 1,048,576 to 1.05M)
-    final_metrics: dict[str, float] = field(default_factory=dict)
+    final_metrics: dict[str, Measured] = field(default_factory=dict)
 
 
 @dataclass
@@ -154,6 +156,11 @@ class Cleanup:
 
 @dataclass
 class Report:
+    # how report.load reads report.json back (pydantic, over these type hints): every
+    # number of a typed field finite, in the report and every dataclass under it (a
+    # `Measured` value is the exception: jsonvalues)
+    __pydantic_config__ = ConfigDict(allow_inf_nan=False)
+
     run_id: str
     directory: Path
     harness_argv: list[str]
@@ -195,6 +202,11 @@ class Report:
     conditions: HostConditions | None = None
     # --hazards (docs/hazards.md): what the run's recorders saw; None when not recorded
     hazards: HazardReport | None = None
+    # only on a report a reader found `abandoned` (report.store.mark_abandoned adds them to
+    # the file as it was): when, how it knew, and when its harness last wrote report.json
+    abandoned_at: str | None = None
+    abandoned_why: str | None = None
+    last_written_at: str | None = None
 
     def artifact(self, name: str) -> Path:
         return self.directory / name
@@ -267,4 +279,13 @@ class Report:
             "host": self.host.to_json() if self.host is not None else None,
             "conditions": self.conditions.to_json() if self.conditions is not None else None,
             "hazards": plain(self.hazards) if self.hazards is not None else None,
+        } | self.abandoned_marks()
+
+    def abandoned_marks(self) -> dict[str, str]:
+        """The keys of an abandoned report, those that are set (docs/report-schema.md)."""
+        marks = {
+            "abandoned_at": self.abandoned_at,
+            "abandoned_why": self.abandoned_why,
+            "last_written_at": self.last_written_at,
         }
+        return {k: v for k, v in marks.items() if v is not None}

@@ -10,6 +10,7 @@ then report.json in full: a full disk costs files (`report.unwritten`), never th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import errno
 import json
@@ -235,7 +236,8 @@ class SavedStatus:
     says until `mark_abandoned` rewrites it)."""
 
     path: Path  # report.json
-    data: dict[str, Any]
+    data: dict[str, Any]  # as the file holds it: mark_abandoned adds to it, keeping the rest
+    report: Report  # what it says, typed (report.load)
     status: RunStatus
     stored: RunStatus
     stage: Stage
@@ -249,6 +251,13 @@ class SavedStatus:
     @property
     def finished(self) -> bool:
         return self.status not in (RunStatus.RUNNING, RunStatus.ABANDONED)
+
+    @property
+    def self_contained(self) -> bool:
+        """Written with evidence/ (docs/report-schema.md, "Self-contained reports"): the
+        file has the key, empty too (a watch copies nothing); an older report lacks it.
+        A fact about the file, which the typed report (evidence {} either way) cannot say."""
+        return isinstance(self.data.get("evidence"), dict)
 
     def describe(self) -> str:
         """One line: what became of the run."""
@@ -266,12 +275,11 @@ def _stamp(epoch: float) -> str:
     return datetime.datetime.fromtimestamp(epoch).astimezone().strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-def harness_alive(data: dict[str, Any]) -> tuple[bool | None, str]:
+def harness_alive(report: Report) -> tuple[bool | None, str]:
     """Whether the harness that wrote a report is still running (None: this host cannot
     tell), and why."""
-    pid, started = data.get("harness_pid"), data.get("harness_started")
-    host = data.get("harness_host")
-    if not isinstance(pid, int) or not isinstance(started, int | float):
+    pid, started, host = report.harness_pid, report.harness_started, report.harness_host
+    if pid is None or started is None:
         return None, "the report does not record its harness process"
     if host and host != socket.gethostname():
         return None, f"its harness ran on host {host}"
@@ -303,15 +311,15 @@ def load_status(path: Path) -> SavedStatus:
     except OSError as exc:
         raise HarnessError(f"{report_json}: not a harness report: {exc}", USAGE) from exc
     stored, stage = report.status, report.stage
-    written_at = str(data.get("last_written_at") or _stamp(written))
+    written_at = report.last_written_at or _stamp(written)
     status, why = stored, ""
     if stored == RunStatus.RUNNING:
-        alive, why = harness_alive(data)
+        alive, why = harness_alive(report)
         if alive is False:
             status = RunStatus.ABANDONED
     elif stored == RunStatus.ABANDONED:
-        why = str(data.get("abandoned_why", ""))
-    return SavedStatus(report_json, data, status, stored, stage, written_at, why)
+        why = report.abandoned_why or ""
+    return SavedStatus(report_json, data, report, status, stored, stage, written_at, why)
 
 
 def mark_abandoned(saved: SavedStatus) -> SavedStatus:
@@ -323,18 +331,26 @@ def mark_abandoned(saved: SavedStatus) -> SavedStatus:
         f"abandoned: {saved.why}; the harness died at stage {saved.stage} without finishing "
         f"the report (report.json last written {saved.written_at})"
     )
+    report = dataclasses.replace(
+        saved.report,
+        status=RunStatus.ABANDONED,
+        abandoned_at=now_stamp(),
+        abandoned_why=saved.why,
+        last_written_at=saved.written_at,
+        notes=[*saved.report.notes, note],
+    )
+    # the file as it was, these keys added: a newer harness's keys and its version kept
     data = {
         **saved.data,
-        "status": RunStatus.ABANDONED.value,
-        "abandoned_at": now_stamp(),
-        "abandoned_why": saved.why,
-        "last_written_at": saved.written_at,
-        "notes": [*list(saved.data.get("notes") or []), note],
+        "status": report.status.value,
+        "notes": report.notes,
+        **report.abandoned_marks(),
     }
     atomic_write(saved.path, json.dumps(data, indent=2) + "\n")
     return SavedStatus(
         saved.path,
         data,
+        report,
         RunStatus.ABANDONED,
         RunStatus.ABANDONED,
         saved.stage,

@@ -17,15 +17,6 @@ from harness.sampling.model import Frame
 _PYTHON_LIB = re.compile(r"/lib(64)?/python\d+(\.\d+)?[a-z]?/|/(site|dist)-packages/")
 
 
-@dataclass
-class InlinedFrame(Frame):
-    """A frame the compiler inlined into the next (outer) frame of the stack: no call of
-    its own, same code address as its caller; its file:line is where it was executing
-    (innermost) or where it called the frame above it. JSON carries `"inline": true`."""
-
-    inline: bool = True
-
-
 def is_inline(frame: Frame) -> bool:
     return bool(getattr(frame, "inline", False))
 

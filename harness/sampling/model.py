@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+from pydantic import Discriminator, Tag
+
+from harness.jsonvalues import Measured
 from harness.sampling.ranks import ProcessRank
 from harness.vocab import EventKind, StackToolName, WaitKind, WaitVia, WakeEnd
 
@@ -27,11 +30,35 @@ class Frame:
 
 
 @dataclass
+class InlinedFrame(Frame):
+    """A frame the compiler inlined into the next (outer) frame of the stack: no call of
+    its own, same code address as its caller; its file:line is where it was executing
+    (innermost) or where it called the frame above it. JSON carries `"inline": true`."""
+
+    inline: bool = True
+
+
+def _frame_kind(value: Any) -> str:
+    """Which frame a JSON object (or an object) is: an inlined one carries `inline`."""
+    inline = "inline" in value if isinstance(value, dict) else isinstance(value, InlinedFrame)
+    return "inlined" if inline else "frame"
+
+
+if TYPE_CHECKING:
+    AnyFrame = Frame
+else:  # report.load reads a stack's frames as the one its keys name
+    AnyFrame = Annotated[
+        Annotated[Frame, Tag("frame")] | Annotated[InlinedFrame, Tag("inlined")],
+        Discriminator(_frame_kind),
+    ]
+
+
+@dataclass
 class ThreadStack:
     pid: int
     tid: int
     name: str
-    frames: list[Frame]  # innermost first
+    frames: list[AnyFrame]  # innermost first
     source: StackToolName
     python: bool = False  # True for py-spy stacks
 
@@ -71,7 +98,7 @@ class Snapshot:
 
 # One thread at one moment of the timeline: (pid, tid, state, cpu seconds, wchan, syscall),
 # syscall as a name ("futex", "wait4", "read", "running", "" unreadable, "#N" unknown).
-TimelineThread = tuple[int, int, str, float, str, str]
+TimelineThread = tuple[int, int, str, Measured, str, str]
 
 
 @dataclass
@@ -250,7 +277,7 @@ class SampleSet:
     # tool output per "tool:pid", for the report's stacks file (truncated)
     raw: dict[str, str] = field(default_factory=dict)
     # seconds spent per phase: "snapshots", "stacks"
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, Measured] = field(default_factory=dict)
     # from the watch loop (empty when the sample was taken without one): the tree over the
     # run (older points thinned out), process births and exits, what each thread waits on
     timeline: list[TimelinePoint] = field(default_factory=list)

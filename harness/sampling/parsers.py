@@ -14,8 +14,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.sampling.frames import FrameContext, InlinedFrame
-from harness.sampling.model import Frame, ThreadStack
+from harness.sampling.frames import FrameContext
+from harness.sampling.model import Frame, InlinedFrame, ThreadStack
 from harness.vocab import StackToolName
 
 _GDB_THREAD = re.compile(r"^Thread\s+\d+\s+\((.*)\):\s*$")
