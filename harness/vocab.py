@@ -161,6 +161,15 @@ class WakeEnd(StrEnum):
     UNKNOWN = "unknown"  # what it waits on cannot be read
 
 
+class WaitsFor(StrEnum):
+    """What a thread that only waits waits for, by the call it waits in
+    (sampling/waits.py, `WAIT_CALLS`)."""
+
+    CHILD = "child"  # a child process: Popen.wait, Process.join, wait4
+    RESULT = "result"  # a pool's or an executor's result: Pool.map, Future.result
+    THREAD = "thread"  # a thread: Thread.join, pthread_join
+
+
 class WaitVia(StrEnum):
     """What a waiting thread waits on, by kind of kernel object (the wake graph's links,
     watch/wakegraph.py): what the graph's readings (the wake-chain causes) match on."""

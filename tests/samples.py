@@ -12,10 +12,10 @@ from harness.sampling.model import (
     ThreadActivity,
     ThreadSample,
     ThreadStack,
-    ThreadWait,
     WakeChain,
 )
 from harness.sampling.ranks import ProcessRank
+from harness.sampling.waits import ThreadWait
 
 
 def sample_set(

@@ -28,8 +28,8 @@ from harness.sampling.model import (
     ThreadActivity,
     ThreadSample,
     ThreadStack,
-    ThreadWait,
 )
+from harness.sampling.waits import ThreadWait
 from harness.vocab import EventKind, Mechanism, StackToolName, WaitKind
 from tests.samples import sample_set
 

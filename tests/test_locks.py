@@ -24,11 +24,11 @@ from harness.sampling.locks import (
     PI_MUTEX,
     ROBUST_MUTEX,
     UNKNOWN,
-    FutexWait,
     LockGraph,
     format_cycle,
     lock_graph,
 )
+from harness.sampling.waits import FutexWait
 from tests import facts
 
 if TYPE_CHECKING:

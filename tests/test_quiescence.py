@@ -19,7 +19,8 @@ import pytest
 from harness.analysis.classify import classify
 from harness.config.signatures import load_signatures
 from harness.outcome import Kind
-from harness.sampling.model import ProcessSample, Snapshot, ThreadSample, ThreadWait
+from harness.sampling.model import ProcessSample, Snapshot, ThreadSample
+from harness.sampling.waits import ThreadWait
 from harness.vocab import EventKind, Mechanism, WaitKind, WakeEnd
 from harness.watch import quiescence as q
 from harness.watch.watchdog import Limits, Trigger, Watchdog

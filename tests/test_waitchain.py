@@ -22,9 +22,9 @@ from harness.sampling.model import (
     ThreadActivity,
     ThreadSample,
     ThreadStack,
-    ThreadWait,
 )
-from harness.vocab import Mechanism, StackToolName, WaitKind
+from harness.sampling.waits import ThreadWait
+from harness.vocab import Mechanism, StackToolName, WaitKind, WaitsFor
 from tests.harness_cli import verdict_of, watch_cmd, watch_opts
 from tests.samples import sample_set
 
@@ -103,7 +103,7 @@ def test_a_pipe_also_read_outside_the_tree_is_not_read_only_by_the_waiter() -> N
 
 def test_waiters_are_named_by_the_call_the_program_made() -> None:
     w = waitchain.waiter(ThreadStack(1, 1, "m", PARENT, StackToolName.PY_SPY, True), None)
-    assert w is not None and (w.waits_for, w.call) == (waitchain.For.CHILD, "Popen.wait")
+    assert w is not None and (w.waits_for, w.call) == (WaitsFor.CHILD, "Popen.wait")
     mp = "/usr/lib/python3.11/multiprocessing/"
     join = [
         Frame("Popen.poll", file=mp + "popen_fork.py"),
@@ -127,10 +127,10 @@ def test_waiters_are_named_by_the_call_the_program_made() -> None:
     ):
         native = [Frame(name, "libc.so.6"), Frame("container_entry", "puffer", own=True)]
         w = waitchain.waiter(ThreadStack(1, 1, "m", native, StackToolName.EU_STACK), None)
-        assert w is not None and (w.waits_for, w.call) == (waitchain.For.CHILD, call), name
+        assert w is not None and (w.waits_for, w.call) == (WaitsFor.CHILD, call), name
     joined = [Frame("__pthread_clockjoin_ex", "libc.so.6"), Frame("main", "p", own=True)]
     w = waitchain.waiter(ThreadStack(1, 1, "m", joined, StackToolName.EU_STACK), None)
-    assert w is not None and w.waits_for is waitchain.For.THREAD
+    assert w is not None and w.waits_for is WaitsFor.THREAD
     # os.waitpid leaves no Python frame of its own: the wait4 says it
     bare = ThreadStack(1, 1, "m", [Frame("main", file=PROG, own=True)], StackToolName.PY_SPY, True)
     wait = ThreadWait(1, 1, WaitKind.TREE, "wait4 for child 7 (in the tree)")

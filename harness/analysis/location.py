@@ -26,8 +26,9 @@ from pathlib import Path
 
 from harness.analysis import waitchain
 from harness.config.signatures import Signatures
-from harness.sampling.model import Frame, SampleSet, ThreadStack, ThreadWait, spinning
+from harness.sampling.model import Frame, SampleSet, ThreadStack, spinning
 from harness.sampling.runtimes import OPENMP_RUNTIMES
+from harness.sampling.waits import ThreadWait, Waiter
 
 
 def frame_text(frame: Frame) -> str:
@@ -51,7 +52,7 @@ class ThreadView:
     wchan: str
     stack: ThreadStack | None
     wait: ThreadWait | None = None
-    waiter: waitchain.Waiter | None = None
+    waiter: Waiter | None = None
 
     @property
     def is_main(self) -> bool:

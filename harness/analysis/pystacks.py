@@ -16,53 +16,21 @@ from dataclasses import dataclass
 
 from harness.analysis.views import processes, stacks_of, top
 from harness.sampling.model import Frame, ProcessSample, SampleSet, ThreadSample, ThreadStack
+from harness.sampling.waits import (
+    CHILD_WAIT,
+    CHILD_WAITS,
+    FUTEX_PRIVATE_FLAG,
+    POOL_WAITS,
+    native_name,
+)
 from harness.vocab import EventKind
 
-# the Python calls that wait for a child process, and the stdlib file each is in (a function
-# of the program's own with the same name is not one): the outermost one found on a stack
-# names the wait, its caller the line
-CHILD_WAITS: dict[str, str] = {
-    "Popen.wait": "subprocess.py",
-    "Popen.communicate": "subprocess.py",
-    "run": "subprocess.py",
-    "call": "subprocess.py",
-    "check_call": "subprocess.py",
-    "check_output": "subprocess.py",
-    "BaseProcess.join": "process.py",
-}
-# the Python calls that wait for a pool's results (multiprocessing.pool, concurrent.futures)
-POOL_WAITS: dict[str, str] = {
-    "Pool.map": "pool.py",
-    "Pool.starmap": "pool.py",
-    "Pool.apply": "pool.py",
-    "ApplyResult.get": "pool.py",
-    "ApplyResult.wait": "pool.py",
-    "IMapIterator.next": "pool.py",
-    "Future.result": "_base.py",
-    "as_completed": "_base.py",
-    "wait": "_base.py",
-    "result_iterator": "_base.py",
-    "_result_or_cancel": "_base.py",
-}
-# the Python calls a thread waits in for a lock or a condition (threading, logging,
-# concurrent.futures), for fork-with-threads
-LOCK_WAITS: dict[str, str] = {
-    **{k: v for k, v in POOL_WAITS.items() if v == "_base.py"},
-    "Condition.wait": "threading.py",
-    "Event.wait": "threading.py",
-    "Thread.join": "threading.py",
-    "Handler.acquire": "__init__.py",
-    "_acquireLock": "__init__.py",
-}
 # the threads a process pool runs in its owner (Pool's handlers, the executor's manager)
 _POOL_THREADS = re.compile(r"Pool\._handle_(workers|tasks|results)|_ExecutorManagerThread\.\w+")
 # a pool worker's loop: multiprocessing.pool.worker, concurrent.futures.process._process_worker
 _WORKER_LOOPS = {"worker": "pool.py", "_process_worker": "process.py"}
 # what an idle worker calls from its loop: the task queue's get
 _TASK_GETS = frozenset({"SimpleQueue.get", "Queue.get", "get"})
-_GLIBC_PREFIX = re.compile(r"^(__GI_)?_*(libc_)?")
-_CHILD_WAIT = re.compile(r"^(wait4|waitid) for (?:child (\d+)|any child \(([\d, ]+))")
-_FUTEX_PRIVATE_FLAG = 128
 
 
 def base(path: str | None) -> str:
@@ -99,10 +67,6 @@ def live_threads(proc: ProcessSample) -> list[ThreadSample]:
     return [th for th in proc.threads if th.state not in ("Z", "X")]
 
 
-def _native_name(function: str) -> str:
-    return _GLIBC_PREFIX.sub("", function)
-
-
 def api_site(frames: Sequence[Frame], apis: Mapping[str, str]) -> str | None:
     """ "Popen.wait (prog.py:12)": the outermost frame of `apis` on a Python stack, with the
     line of its caller (the program's line), or None."""
@@ -124,7 +88,7 @@ def wait_site(s: SampleSet, pid: int, tid: int, apis: Mapping[str, str] = CHILD_
     if site:
         return site
     native = native_stack(s, pid, tid)
-    call = _native_name(native.frames[0].function) if native and native.frames else ""
+    call = native_name(native.frames[0].function) if native and native.frames else ""
     if py and py.frames:
         return f"{call} in {top(py.frames)}" if call else top(py.frames)
     th = thread_sample(s, pid, tid)
@@ -143,8 +107,8 @@ def child_waiters(s: SampleSet) -> dict[int, list[tuple[int, int]]]:
         targets: list[int] = []
         if w.on.startswith("child:") and w.on[6:].isdigit():
             targets = [int(w.on[6:])]
-        elif m := _CHILD_WAIT.match(w.what):
-            listed = m.group(2) or m.group(3) or ""
+        elif m := CHILD_WAIT.match(w.what):
+            listed = m.group(1) or m.group(2) or ""
             targets = [int(p) for p in re.findall(r"\d+", listed)]
         for child in targets:
             out.setdefault(child, []).append((w.pid, w.tid))
@@ -210,7 +174,7 @@ def private_futex_wait(th: ThreadSample) -> bool:
         th.state == "S"
         and "futex" in th.wchan
         and len(args) >= 4
-        and bool(args[1] & _FUTEX_PRIVATE_FLAG)
+        and bool(args[1] & FUTEX_PRIVATE_FLAG)
         and args[3] == 0
     )
 

@@ -30,86 +30,13 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 from harness.analysis.pystacks import pool_worker_pids
-from harness.sampling.model import Frame, SampleSet, ThreadStack, ThreadWait
-from harness.vocab import EventKind, WaitKind
+from harness.sampling.model import Frame, SampleSet, ThreadStack
+from harness.sampling.waits import CHILD_WAIT, WAIT_CALLS, ThreadWait, Waiter, native_name
+from harness.vocab import EventKind, WaitKind, WaitsFor
 
-
-class For(StrEnum):
-    """What a waiter waits for."""
-
-    CHILD = "child"
-    RESULT = "result"
-    THREAD = "thread"
-
-
-@dataclass(frozen=True)
-class WaitCall:
-    """A call that only waits: its function (full match) in one of `files` (any file
-    when empty: native frames)."""
-
-    waits_for: For
-    function: re.Pattern[str]
-    files: tuple[str, ...] = ()
-
-    def matches(self, frame: Frame) -> bool:
-        if not self.files:  # glibc's internal names too: __GI___wait4, __libc_waitpid
-            native = not (frame.file or "").endswith(".py")
-            return native and self.function.fullmatch(_native_name(frame.function)) is not None
-        return bool(self.function.fullmatch(frame.function)) and (frame.file or "").endswith(
-            self.files
-        )
-
-
-_FUTURES = (
-    "concurrent/futures/_base.py",
-    "concurrent/futures/thread.py",
-    "concurrent/futures/process.py",
-)
-_MP_POPEN = ("popen_fork.py", "popen_spawn_posix.py", "popen_forkserver.py")
-WAIT_CALLS: tuple[WaitCall, ...] = (
-    WaitCall(
-        For.CHILD, re.compile(r"(Popen\.)?(wait|_wait|_try_wait|communicate)"), ("subprocess.py",)
-    ),
-    WaitCall(For.CHILD, re.compile(r"(BaseProcess\.)?join"), ("multiprocessing/process.py",)),
-    WaitCall(For.CHILD, re.compile(r"(Popen\.)?(wait|poll)"), _MP_POPEN),
-    WaitCall(
-        For.RESULT,
-        re.compile(r"(Pool\.)?(map|starmap|apply|_map_async|imap\w*|next|__next__)"),
-        ("multiprocessing/pool.py",),
-    ),
-    WaitCall(
-        For.RESULT,
-        re.compile(r"(\w*Result\.)?(get|wait)|(IMapIterator\.)?(next|__next__)"),
-        ("multiprocessing/pool.py",),
-    ),
-    WaitCall(
-        For.RESULT,
-        re.compile(
-            r"(Future\.)?(result|exception)|wait|as_completed|_result_or_cancel"
-            r"|(\w*Executor\.)?(map|shutdown)|result_iterator|_chain_from_iterable_of_lists"
-        ),
-        _FUTURES,
-    ),
-    WaitCall(For.THREAD, re.compile(r"(Thread\.)?(join|_wait_for_tstate_lock)"), ("threading.py",)),
-    WaitCall(For.CHILD, re.compile(r"wait4|waitpid|waitid")),
-    WaitCall(For.THREAD, re.compile(r"pthread_(clock|timed)?join.*")),
-)
-_CHILD_WAIT = re.compile(r"^(?:wait4|waitid) for (?:child (\d+)|any child)")
 _IO = re.compile(r"^(write|writev|read|readv)\b")
-
-
-@dataclass(frozen=True)
-class Waiter:
-    """A thread that only waits, what for, and the call it waits in ("Popen.wait")."""
-
-    pid: int
-    tid: int
-    waits_for: For
-    call: str
-    child: int | None = None  # the one child a wait4/waitid names
 
 
 _BOOTSTRAP = re.compile(r"(BaseProcess\.)?_bootstrap")
@@ -146,22 +73,15 @@ def waiter(stack: ThreadStack | None, wait: ThreadWait | None) -> Waiter | None:
         # a wait anywhere below it (Popen.wait → _wait → _try_wait) makes the thread a waiter
         for frame in reversed(inner):
             for call in WAIT_CALLS:
-                if call.matches(frame):
-                    name = frame.function if call.files else _native_name(frame.function)
+                if call.matches(frame.function, frame.file):
+                    name = frame.function if call.files else native_name(frame.function)
                     name = name.removeprefix("Base")  # BaseProcess.join: Process.join
                     return Waiter(stack.pid, stack.tid, call.waits_for, name, child)
         if inner and own < len(frames):
             return None  # the program called something else that blocks (a read, a lock)
-    if wait is not None and (child is not None or _CHILD_WAIT.match(wait.what)):
-        return Waiter(wait.pid, wait.tid, For.CHILD, "os.waitpid", child)
+    if wait is not None and (child is not None or CHILD_WAIT.match(wait.what)):
+        return Waiter(wait.pid, wait.tid, WaitsFor.CHILD, "os.waitpid", child)
     return None
-
-
-def _native_name(function: str) -> str:
-    name = function.lstrip("_")
-    for prefix in ("GI___", "GI_", "libc_"):
-        name = name.removeprefix(prefix)
-    return name.lstrip("_")
 
 
 def _waited_child(wait: ThreadWait | None) -> int | None:
@@ -169,7 +89,7 @@ def _waited_child(wait: ThreadWait | None) -> int | None:
         return None
     if wait.on.startswith("child:") and wait.on[6:].isdigit():
         return int(wait.on[6:])
-    m = _CHILD_WAIT.match(wait.what)
+    m = CHILD_WAIT.match(wait.what)
     return int(m[1]) if m and m[1] else None
 
 
@@ -315,7 +235,7 @@ def follow(samples: SampleSet | None) -> Chain | None:
             key = nxt[0]
             continue
         live = [c for c in candidates if c not in found]
-        dead = _dead_child(w, tree) if w.waits_for is For.RESULT else None
+        dead = _dead_child(w, tree) if w.waits_for is WaitsFor.RESULT else None
         if dead is not None and not any(_runs_own(tree, c) for c in live):
             chain.dead = dead
             return chain
@@ -323,7 +243,7 @@ def follow(samples: SampleSet | None) -> Chain | None:
             chain.end = _best(live, chain, tree)
             chain.doing = _doing(chain.end, chain, tree)
             chain.idle_end = _waits_for_chain(chain.end, chain, tree)
-        elif not candidates and w.waits_for is For.RESULT:
+        elif not candidates and w.waits_for is WaitsFor.RESULT:
             # a result wait with no other thread and no child (a fork() copies one thread):
             # nothing can ever set it, so this waiter is where the hang sits
             chain.end, chain.stranded = key, True
@@ -334,13 +254,13 @@ def follow(samples: SampleSet | None) -> Chain | None:
 
 def _targets(w: Waiter, tree: _Tree) -> tuple[list[tuple[int, int]], str]:
     """The threads `w` waits for, and the words for them."""
-    if w.waits_for is For.CHILD:
+    if w.waits_for is WaitsFor.CHILD:
         kids = [w.child] if w.child is not None else tree.children(w.pid)
         kids = [k for k in kids if k in tree.threads]
         words = ", ".join(f"pid {k}" for k in kids) or "a child"
         return [(k, t) for k in kids for t in _main_first(k, tree)], f"child {words}"
     others = [(w.pid, t) for t in tree.threads.get(w.pid, []) if t != w.tid]
-    if w.waits_for is For.THREAD:
+    if w.waits_for is WaitsFor.THREAD:
         return others, "another thread"
     below = [(p, t) for p in tree.descendants(w.pid) for t in _main_first(p, tree)]
     return [*below, *others], "a result"

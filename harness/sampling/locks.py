@@ -52,18 +52,25 @@ import psutil
 
 from harness.sampling import procfs
 from harness.sampling.model import ThreadSample, ThreadStack
+from harness.sampling.waits import (
+    FUTEX_LOCK_PI,
+    FUTEX_LOCK_PI2,
+    FUTEX_OWNER_DIED,
+    FUTEX_TID_MASK,
+    FUTEX_WAIT,
+    FUTEX_WAIT_BITSET,
+    FUTEX_WAIT_REQUEUE_PI,
+    FUTEX_WAITERS,
+    FUTEX_WAITS,
+    FutexWait,
+    futex_cmd,
+)
 
 FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98}
 OWNER_OFFSET = 8  # int __owner, after int __lock and unsigned __count
 KIND_OFFSET = 16  # int __kind, after unsigned __nusers (LP64 layouts)
 _MUTEX_BYTES = 20  # __lock .. __kind on both layouts
 
-_OP_NAMES = {0: "FUTEX_WAIT", 6: "FUTEX_LOCK_PI", 9: "FUTEX_WAIT_BITSET"}
-_OP_NAMES |= {11: "FUTEX_WAIT_REQUEUE_PI", 13: "FUTEX_LOCK_PI2"}
-FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET = 0, 6, 9
-FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2 = 11, 13
-FUTEX_PRIVATE_FLAG, FUTEX_CLOCK_REALTIME = 128, 256
-FUTEX_WAITERS, FUTEX_OWNER_DIED, FUTEX_TID_MASK = 0x80000000, 0x40000000, 0x3FFFFFFF
 
 # __kind bits (glibc nptl/pthreadP.h): the type in the low bits, then the protocol flags
 _KIND_TYPES = {0: "normal", 1: "recursive", 2: "errorcheck", 3: "adaptive"}
@@ -74,31 +81,6 @@ _KIND_KNOWN = 3 | _KIND_ROBUST | _KIND_PI | _KIND_PP | _KIND_PSHARED | _KIND_ELI
 MUTEX, ROBUST_MUTEX, PI_MUTEX = "mutex", "robust mutex", "pi mutex"
 NOT_A_MUTEX, UNKNOWN = "not a mutex", "unknown"
 MUTEX_KINDS = (MUTEX, ROBUST_MUTEX, PI_MUTEX)
-
-
-@dataclass(frozen=True)
-class FutexWait:
-    """One thread blocked in a futex wait, and what holds it."""
-
-    pid: int
-    tid: int
-    name: str  # the thread's comm
-    futex: int  # address of the futex word, in pid's address space
-    op: int  # the raw futex op (FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME included)
-    value: int  # the value the thread expects in the word (arg2)
-    timed: bool  # the wait has a timeout: it ends on its own
-    what: str  # "mutex" | "robust mutex" | "pi mutex" | "not a mutex" | "unknown"
-    owner: int | None  # TID of the thread holding the mutex, when known
-    how: str  # how the owner is known, or why not
-    # parked for good by glibc after FUTEX_LOCK_PI failed with EDEADLK (the kernel found a
-    # PI deadlock) or ESRCH (the owner died): the wanted mutex is not in the syscall
-    pi_parked: bool = False
-
-    @property
-    def op_name(self) -> str:
-        cmd = self.op & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
-        name = _OP_NAMES.get(cmd, f"futex op {cmd}")
-        return name + ("_PRIVATE" if self.op & FUTEX_PRIVATE_FLAG else "")
 
 
 class CycleStep(NamedTuple):
@@ -191,7 +173,7 @@ def _classify(
 ) -> FutexWait:
     addr, op, value, timeout = th.syscall_args[:4]
     value &= 0xFFFFFFFF
-    cmd = op & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
+    cmd = futex_cmd(op)
 
     def wait(what: str, owner: int | None, how: str) -> FutexWait:
         return FutexWait(pid, th.tid, th.name, addr, op, value, timeout != 0, what, owner, how)
@@ -215,7 +197,7 @@ def _classify(
     if pi or robust:
         label, need = (PI_MUTEX, _KIND_PI) if pi else (ROBUST_MUTEX, _KIND_ROBUST)
         owner = lock & FUTEX_TID_MASK
-        source = f"{_OP_NAMES.get(cmd, cmd)}: the futex word {lock:#x} holds the owner"
+        source = f"{FUTEX_WAITS.get(cmd, cmd)}: the futex word {lock:#x} holds the owner"
         if not plausible or not kind & need:
             return wait(UNKNOWN, None, f"{source}, but __kind {kind:#x} is not a {label}")
         if lock & FUTEX_OWNER_DIED:

@@ -11,7 +11,8 @@ from pydantic import Discriminator, Tag
 
 from harness.jsonvalues import Measured
 from harness.sampling.ranks import ProcessRank
-from harness.vocab import EventKind, StackToolName, WaitKind, WaitVia, WakeEnd
+from harness.sampling.waits import ThreadWait
+from harness.vocab import EventKind, StackToolName, WaitVia, WakeEnd
 
 
 @dataclass
@@ -128,33 +129,6 @@ class ProcessEvent:
     # the watch loop saw how it ended (a zombie's status, the root's returncode); False for
     # a start, and for a process that vanished between two looks, reaped by someone else
     status_known: bool = False
-
-
-@dataclass
-class ThreadWait:
-    """What one thread waits on at the trigger, by the quiescence rule."""
-
-    pid: int
-    tid: int
-    kind: WaitKind
-    what: str  # "futex wait, no timeout", "wait4 for child 1234 (in the tree)", ...
-    # what it waits on, for the detectors that follow waits: "pipe:[123]", "child:456",
-    # "futex:0x7f00…", "socket:[789]", "" when not known
-    on: str = ""
-    # the tree pids at the other end: the writers a read waits for, the readers a write
-    # waits for, the child a wait4 waits for; [] when none or not known
-    peers: list[int] = field(default_factory=list)
-    # the thread only sleeps on a timer of its own (a sleep, a naturally timed wait), as
-    # opposed to a wait made timed by a timer the process may get (SIGALRM, POSIX timers):
-    # the `idle` mechanism counts only these
-    idle: bool = False
-    # the wake graph: the processes that alone could end the wait, when every one is known
-    # (a private futex: its own process; a pipe: the other end's holders); [] when not known
-    wakers: list[int] = field(default_factory=list)
-    via: WaitVia = WaitVia.OTHER  # what kind of object it waits on (WakeLink.via)
-    # on memory of its own process alone (a futex with FUTEX_PRIVATE_FLAG): no other process
-    # could ever have ended it, not even one that has exited since
-    private: bool = False
 
 
 @dataclass

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from harness.sampling.model import Snapshot, ThreadWait
+from harness.sampling.model import Snapshot
+from harness.sampling.waits import ThreadWait, Wait
 from harness.vocab import WaitKind
-from harness.watch.fdwaits import Wait
 
 Key = tuple[int, int]
 CLOSED_CONFIRM_S = 1.0

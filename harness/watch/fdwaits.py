@@ -15,39 +15,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from harness.sampling.waits import Wait
 from harness.vocab import WaitKind, WaitVia
 
 _PIPE = re.compile(r"^pipe:\[(\d+)\]$")
 _SOCKET = re.compile(r"^socket:\[(\d+)\]$")
 POLLIN, POLLPRI, POLLOUT = 0x1, 0x2, 0x4
-
-
-@dataclass(frozen=True)
-class Wait:
-    """One thread's wait, by the rule. `idle`: it can end only by time or by the tree (a
-    sleep, a timed futex wait, a timed poll on tree fds): a housekeeping candidate.
-    `pending`: "fd" (a read or write on `fd`) or "poll" (the thread's polled fds), facts to
-    read before it can be judged."""
-
-    kind: WaitKind
-    what: str
-    fd: int | None = None
-    on: str = ""
-    peers: tuple[int, ...] = ()
-    idle: bool = False
-    pending: str = ""
-    # the wake graph (wakegraph.py): the processes any thread of which could end this wait,
-    # or (`owners`, narrower) the very threads that can (a mutex's owner); `resolved` says
-    # the list is all of them, read from the kernel's facts, with nothing outside
-    wakers: tuple[int, ...] = ()
-    owners: tuple[tuple[int, int], ...] = ()
-    resolved: bool = False
-    # what kind of object it waits on (a pipe, a socket, a file lock, …): the graph's
-    # readings (the wake-chain causes) match on it
-    via: WaitVia = WaitVia.OTHER
-    # on memory of its own process alone (a futex with FUTEX_PRIVATE_FLAG): no other process
-    # could ever have ended it, not even one that has exited since
-    private: bool = False
 
 
 @dataclass

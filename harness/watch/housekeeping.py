@@ -22,8 +22,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from harness.sampling.model import Frame, Snapshot, ThreadSample, ThreadStack
+from harness.sampling.waits import Wait
 from harness.vocab import WaitKind
-from harness.watch.fdwaits import Wait
 
 SPAN_S = 5.0  # seen idle at least this long before it is excused
 LOOKS = 8  # and at this many looks at least (a look every 0.25 s: 20 over the span)

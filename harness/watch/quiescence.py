@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from harness.sampling.model import ProcessSample, Snapshot, ThreadSample, ThreadWait
+from harness.sampling.model import ProcessSample, Snapshot, ThreadSample
+from harness.sampling.waits import FUTEX_PRIVATE_FLAG, FUTEX_WAITS, ThreadWait, Wait, futex_cmd
 from harness.vocab import WaitKind, WaitVia
-from harness.watch.fdwaits import POLLS, TreeFacts, Wait, fd_wait, poll_wait, rw_wait
+from harness.watch.fdwaits import POLLS, TreeFacts, fd_wait, poll_wait, rw_wait
 from harness.watch.housekeeping import Look, candidate, housekeepers
 from harness.watch.syscalls import AARCH64, X86_64, SyscallTable, syscall_name, table_for
 
@@ -43,18 +44,6 @@ HOUSEKEEPING = WaitKind.HOUSEKEEPING  # a periodic timed wake-up that changes no
 
 # ---------------------------------------------------------------- one thread
 
-# futex(2): the command is the op without FUTEX_PRIVATE_FLAG (128) and FUTEX_CLOCK_REALTIME
-# (256). These block; for each, argument 4 (index 3) is the timeout pointer, NULL = forever.
-# glibc's untimed waits (mutex, condvar, semaphore, join) pass NULL; its timed ones pass an
-# absolute time with FUTEX_WAIT_BITSET (FUTEX_CLOCK_REALTIME for CLOCK_REALTIME waits).
-_FUTEX_WAITS = {
-    0: "FUTEX_WAIT",
-    6: "FUTEX_LOCK_PI",
-    9: "FUTEX_WAIT_BITSET",
-    11: "FUTEX_WAIT_REQUEUE_PI",
-    13: "FUTEX_LOCK_PI2",
-}
-_FUTEX_FLAGS = 128 | 256
 _WNOHANG = 1
 _P_PID = 1
 
@@ -64,7 +53,6 @@ def _signed32(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-_FUTEX_PRIVATE = 128
 # fcntl(2) commands that wait for a lock: F_SETLKW (POSIX), F_OFD_SETLKW (open file description)
 _F_SETLKW, _F_OFD_SETLKW = 7, 38
 # the socket calls that wait like a read or a write on their fd
@@ -76,8 +64,8 @@ def _futex(args: Sequence[int], key: tuple[int, int], facts: TreeFacts | None) -
     """A futex wait, with who could wake it (the wake graph): a private futex only its own
     process (FUTEX_PRIVATE_FLAG: the kernel keys it on the address space), a shared one the
     processes mapping its page; a pthread mutex only its owner."""
-    cmd = args[1] & ~_FUTEX_FLAGS & 0xFFFFFFFF
-    name = _FUTEX_WAITS.get(cmd)
+    cmd = futex_cmd(args[1])
+    name = FUTEX_WAITS.get(cmd)
     if name is None:
         return Wait(RUNNING, f"futex op {cmd} (not a wait)")
     on, via = f"futex:{args[0]:#x}", WaitVia.FUTEX
@@ -85,7 +73,7 @@ def _futex(args: Sequence[int], key: tuple[int, int], facts: TreeFacts | None) -
         return Wait(TIMED, f"futex wait with a timeout ({name})", on=on, idle=True, via=via)
     what = f"futex wait, no timeout ({name})"
     pid = key[0]
-    private = bool(args[1] & _FUTEX_PRIVATE)  # the kernel keys it on the address space
+    private = bool(args[1] & FUTEX_PRIVATE_FLAG)  # the kernel keys it on the address space
     owner = facts.owners.get(key) if facts is not None else None
     if owner is not None:
         what += f": a pthread mutex held by tid {owner[1]}"
@@ -269,20 +257,7 @@ def tree_waits(
                     via=w.via,
                     private=w.private,
                 )
-            known = list(w.wakers) if w.resolved else []
-            tw = ThreadWait(
-                proc.pid,
-                th.tid,
-                w.kind,
-                w.what,
-                w.on,
-                list(w.peers),
-                w.idle,
-                known,
-                w.via,
-                w.private,
-            )
-            out.append((tw, w))
+            out.append((w.recorded(proc.pid, th.tid), w))
     return out
 
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from harness.sampling.model import Snapshot, ThreadSample, WakeChain, WakeLink
+from harness.sampling.waits import Wait
 from harness.vocab import WaitKind, WakeEnd
-from harness.watch.fdwaits import Wait
 
 Key = tuple[int, int]
 MAX_LINKS = 16  # a chain is cut here (a report line, not a graph dump)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from harness.sampling import locks, procfs
 from harness.sampling.model import Snapshot
+from harness.sampling.waits import FUTEX_PRIVATE_FLAG
 from harness.watch import wakefacts
 from harness.watch.fdwaits import TreeFacts, socket_inode
 
@@ -213,7 +214,7 @@ def futex_facts(facts: TreeFacts, snap: Snapshot, futex_nr: int | None) -> None:
                 facts.owners[key] = (tid_pid[w.owner], w.owner)
         for th in waiting:
             addr, op = th.syscall_args[0], th.syscall_args[1]
-            if op & locks.FUTEX_PRIVATE_FLAG or (proc.pid, th.tid) in facts.owners:
+            if op & FUTEX_PRIVATE_FLAG or (proc.pid, th.tid) in facts.owners:
                 continue  # private: its own process is its only waker
             found = wakefacts.mapping_of(proc.pid, addr)
             if found is None:

@@ -24,11 +24,11 @@ from harness.sampling.model import (
     ProcessEvent,
     SampleSet,
     Snapshot,
-    ThreadWait,
     TimelinePoint,
     WakeChain,
     WatchInfo,
 )
+from harness.sampling.waits import ThreadWait
 from harness.vocab import WaitKind
 from harness.watch import wakegraph
 from harness.watch.closedwatch import ClosedWatch, by_key, settled

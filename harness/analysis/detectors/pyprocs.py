@@ -11,8 +11,6 @@ import re
 
 from harness.analysis.detectors.registry import Inputs, Match, Need, detector, match
 from harness.analysis.pystacks import (
-    LOCK_WAITS,
-    POOL_WAITS,
     child_waiters,
     has_frame,
     live_threads,
@@ -30,6 +28,7 @@ from harness.analysis.views import OPENMP_MODULES, processes, stacks_of, top, us
 from harness.config.causes import NoParams
 from harness.process.signals import signal_name
 from harness.sampling.model import ProcessEvent, ProcessSample, SampleSet
+from harness.sampling.waits import LOCK_WAITS, POOL_WAITS
 from harness.vocab import EventKind
 
 # a multiprocessing Queue's feeder thread, and the exit path that joins it
