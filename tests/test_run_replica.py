@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.report.load import load_report
-from tests.harness_cli import harness, run_replica, tree_is_gone
+from harness.outcome import Kind
+from harness.vocab import CheckStatus, Mechanism, RunStatus, Stage, Trigger
+from tests.harness_cli import harness, run_replica, tree_is_gone, verdict_of
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.spread]
 # the stock replica hangs for real only where gcc's OpenMP is GNU libgomp (its fork hazard)
@@ -27,16 +28,18 @@ def test_stock_replica_hangs_in_env_start(tmp_path: Path, cache_env: dict[str, s
     # early verdict on the same hang)
     argv = ["run", "breakout", "--timeout", "60", "--startup", "8", "--quiescent", "0"]
     res = harness(*argv, report_root=tmp_path, env=cache_env)
-    report = res.report
-    v = report["verdict"]
     assert res.code == 2, res.stdout + res.stderr
-    assert (v["kind"], v["location"]) == ("hang", "env_start")
-    assert v["mechanism"] == "deadlock"  # every thread blocked, as README.md shows
-    assert any("libgomp" in r for r in v["runtime"]), v["runtime"]
-    assert report["trigger"] == "startup"
-    assert report["timings"]["run_s"] < 8 + 5  # at the startup window, not the wall timeout
-    assert tree_is_gone(report["exit"]["pid"])
-    assert report["cleanup"]["leftover"] == []
+    report = res.loaded
+    v = verdict_of(report)
+    assert (v.kind, v.location) == (Kind.HANG, "env_start")
+    assert v.mechanism is Mechanism.DEADLOCK  # every thread blocked, as README.md shows
+    assert any("libgomp" in r for r in v.runtime), v.runtime
+    assert report.trigger is Trigger.STARTUP
+    run_s = report.timings.run_s
+    assert run_s is not None and run_s < 8 + 5  # at the startup window, not the wall timeout
+    assert report.exit is not None and report.exit.pid is not None
+    assert tree_is_gone(report.exit.pid)
+    assert report.cleanup.leftover == []
     assert "env_start" in (res.folder / "stacks.txt").read_text()
     assert (res.folder / "junit.xml").read_text().count("<failure") == 1
 
@@ -46,10 +49,10 @@ def test_stock_replica_bare_exits_on_missing_gpu_key(
     tmp_path: Path, cache_env: dict[str, str]
 ) -> None:
     res = run_replica(tmp_path, cache_env, "--env", "REPLICA_CONTEXT=bare", "--timeout", "60")
-    v = res.report["verdict"]
     assert res.code == 3
-    assert v["kind"] == "error-exit"
-    assert "missing key [?] util/gpu_percent" in v["summary"]
+    v = verdict_of(res.loaded)
+    assert v.kind is Kind.ERROR_EXIT
+    assert "missing key [?] util/gpu_percent" in v.summary
 
 
 @pytest.mark.slow
@@ -57,14 +60,15 @@ def test_fixed_replica_passes_over_a_million_steps(
     tmp_path: Path, cache_env: dict[str, str]
 ) -> None:
     res = run_replica(tmp_path, cache_env, "--variant", "fixed", "--timeout", "60")
-    report = res.report
-    assert res.code == 0, report["verdict"]
-    assert report["verdict"]["kind"] == "pass"
-    assert report["progress"]["last_metrics"]["agent_steps"] >= 1_000_000
-    assert report["checks"], "the scenario's checks ran"
-    assert all(c["status"] == "pass" for c in report["checks"]), report["checks"]
-    assert any("env_start" in c for c in report["variant"]["changes"])
-    assert any("vec_thread_main" in c for c in report["variant"]["changes"])
+    report = res.loaded
+    assert res.code == 0, report.verdict
+    assert verdict_of(report).kind is Kind.PASS
+    assert report.progress.last_metrics["agent_steps"] >= 1_000_000
+    assert report.checks, "the scenario's checks ran"
+    assert all(c.status is CheckStatus.PASS for c in report.checks), report.checks
+    assert report.variant is not None
+    assert any("env_start" in c for c in report.variant.changes)
+    assert any("vec_thread_main" in c for c in report.variant.changes)
 
 
 @pytest.mark.slow
@@ -86,11 +90,12 @@ def test_interrupting_a_run_leaves_a_partial_report(
         # mid-run, as the test means it: the trainer has forked the child that hangs
         interrupt_when=lambda trainer: bool(trainer.children()),
     )
-    report = res.report
     assert res.code == 143
-    assert report["status"] == "interrupted"
-    assert report["stage"] == "done"
-    assert tree_is_gone(report["exit"]["pid"])
+    report = res.loaded
+    assert report.status is RunStatus.INTERRUPTED
+    assert report.stage is Stage.DONE
+    assert report.exit is not None and report.exit.pid is not None
+    assert tree_is_gone(report.exit.pid)
 
 
 def test_unknown_env_and_malformed_scenario(tmp_path: Path) -> None:
@@ -117,11 +122,12 @@ def test_missing_eu_stack_falls_back_to_gdb(tmp_path: Path, cache_env: dict[str,
     res = harness(
         "run", "breakout", "--startup", "6", "--timeout", "60", report_root=tmp_path / "r", env=env
     )
-    report = res.report
     assert res.code == 2, res.stderr
-    assert report["samples"]["tools"]["eu-stack"] == "missing"
-    assert report["samples"]["tools"]["gdb"] == "used"
-    assert report["verdict"]["location"] == "env_start"
+    report = res.loaded
+    assert report.samples is not None
+    assert report.samples.tools["eu-stack"] == "missing"
+    assert report.samples.tools["gdb"] == "used"
+    assert verdict_of(report).location == "env_start"
 
 
 @pytest.mark.slow
@@ -135,7 +141,9 @@ def test_a_run_reads_its_own_end_of_run_log_not_the_trees(tmp_path: Path) -> Non
     cache = {"HARNESS_CACHE_DIR": str(tmp_path / "cache")}
     first = harness("run", "breakout", "--variant", "fixed", report_root=tmp_path / "a", env=cache)
     assert first.code == 0, first.stderr
-    tree = Path(str(first.report["build"]["tree"]))
+    build = first.loaded.build
+    assert build is not None
+    tree = build.tree
     decoy = tree / "logs" / "breakout" / "decoy.ini"
     decoy.parent.mkdir(parents=True, exist_ok=True)
     decoy.write_text("[metrics]\nagent_steps = 1\nepoch = 0\n")
@@ -143,8 +151,8 @@ def test_a_run_reads_its_own_end_of_run_log_not_the_trees(tmp_path: Path) -> Non
     os.utime(decoy, (later, later))
 
     res = harness("run", "breakout", "--variant", "fixed", report_root=tmp_path / "b", env=cache)
-    assert res.code == 0, res.report["verdict"]
-    report = load_report(res.folder)
+    report = res.loaded
+    assert res.code == 0, report.verdict
     assert report.progress.final_metrics["agent_steps"] == 4 * 262144
     assert report.command is not None and Path(report.command.cwd) == res.folder / "workdir"
     # what the trainer wrote is its own; the links it saw the tree through are gone (an
