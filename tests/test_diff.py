@@ -23,9 +23,9 @@ from harness.cli import diff as cli_diff
 from harness.cli.options import Parser
 from harness.doctor.fingerprint import take_fingerprint
 from harness.errors import HarnessError
-from harness.outcome import USAGE, DiffExit
+from harness.outcome import USAGE, DiffExit, Kind
 from harness.pipeline.diff import Change, diff_paths, read_side
-from tests.harness_cli import ROOT, harness
+from tests.harness_cli import ROOT, harness, verdict_of
 
 pytestmark = pytest.mark.timeout(120)
 Edit = Callable[[dict[str, Any]], None]
@@ -57,7 +57,7 @@ def stopped(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "kill -STOP $$",
         report_root=root,
     )
-    assert res.report["verdict"]["kind"] == "hang", res.stderr
+    assert verdict_of(res.loaded).kind is Kind.HANG, res.stderr
     return res.folder
 
 

@@ -18,9 +18,12 @@ from typing import Any
 import psutil
 import pytest
 
+from harness.outcome import Kind
 from harness.process import proctree, zygote_server
+from harness.report.load import load_report
 from harness.stats import wilson
-from tests.harness_cli import ROOT, harness
+from harness.vocab import RunStatus
+from tests.harness_cli import ROOT, harness, verdict_of
 
 pytestmark = pytest.mark.timeout(300)
 # a deadlocked C program is quiescent at once: a verdict about a second after its start
@@ -80,7 +83,7 @@ def test_three_runs_of_a_deadlock(tmp_path: Path, c_program: Callable[[str], Pat
     for run, row in zip(runs, data["rows"], strict=True):
         (report,) = run.glob("*/report.json")
         assert row["report_dir"] == str(report.parent) and row["values"] == {"run": run.name[-1]}
-        assert json.loads(report.read_text())["verdict"]["kind"] == "hang"
+        assert verdict_of(load_report(report)).kind is Kind.HANG
     assert "hang 3/3 (100%, 95% CI 44–100%) — all in transfer_a_to_b (lock-cycle)" in res.stdout
     page = (folder / "report.html").read_text()
     assert page.count(">report</a>") == 3 and "hang 3/3" in page
@@ -184,7 +187,7 @@ def test_an_interrupt_stops_every_run(tmp_path: Path, c_program: Callable[[str],
     partial = list(tmp_path.glob("*/runs/*/*/report.json"))
     assert len(partial) == 2, partial
     for report in partial:
-        assert json.loads(report.read_text())["status"] == "interrupted"
+        assert load_report(report).status is RunStatus.INTERRUPTED
     # the aggregate of what finished is written, and the last line names its folder
     folder, data = aggregate_of(tmp_path)
     assert data["runs"] == 2 and data["counts"] == {"interrupted": 2}, data
@@ -252,7 +255,8 @@ def test_cpus_1_hangs_a_pool_sized_from_affinity_and_diff_names_it(
     ok = harness("watch", *FAST, "--", str(exe), report_root=tmp_path / "here")
     hung = harness("watch", "--cpus", "1", *FAST, "--", str(exe), report_root=tmp_path / "one")
     assert (ok.code, hung.code) == (0, 2), hung.stderr
-    assert hung.report["verdict"]["location"] in ("reduce_shard", "main"), hung.report["verdict"]
+    where = verdict_of(hung.loaded).location
+    assert where in ("reduce_shard", "main"), hung.loaded.verdict
     res = harness("diff", "--json", str(hung.folder), str(ok.folder), report_root=tmp_path)
     assert res.code == 1, res.stderr  # the verdicts differ
     data = json.loads(res.stdout)

@@ -21,9 +21,19 @@ import psutil
 import pytest
 
 from harness import cli
+from harness.outcome import Kind
 from harness.pipeline import run as pipeline_run
 from harness.report import store
-from tests.harness_cli import ROOT, HarnessResult, harness, only_report_dir, run_replica
+from harness.report.load import load_report
+from harness.vocab import RunStatus, Stage
+from tests.harness_cli import (
+    ROOT,
+    HarnessResult,
+    harness,
+    only_report_dir,
+    run_replica,
+    verdict_of,
+)
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
@@ -41,7 +51,7 @@ def _fixed_run(steps: int, root: Path, env: dict[str, str]) -> HarnessResult:
         "run", "breakout", "--variant", "fixed", "--steps", str(steps), report_root=root, env=env
     )
     assert res.code == 0, res.stdout + res.stderr
-    assert res.report["verdict"]["kind"] == "pass"
+    assert verdict_of(res.loaded).kind is Kind.PASS
     return res
 
 
@@ -142,10 +152,10 @@ def test_a_killed_harness_leaves_a_report_that_reads_abandoned(tmp_path: Path) -
     assert res.code == 1, res.stdout + res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "abandoned at stage run" in res.stderr and "did not finish" in res.stderr
-    data = json.loads((folder / "report.json").read_text())
-    assert data["status"] == "abandoned" and data["stage"] == "run"
-    assert data["abandoned_at"] and data["last_written_at"] == seen.written_at
-    assert any(n.startswith("abandoned:") for n in data["notes"])
+    marked = load_report(folder)
+    assert (marked.status, marked.stage) == (RunStatus.ABANDONED, Stage.RUN)
+    assert marked.abandoned_at and marked.last_written_at == seen.written_at
+    assert any(n.startswith("abandoned:") for n in marked.notes)
     again = store.load_status(folder)
     assert (again.status, again.stored) == ("abandoned", "abandoned")
 
@@ -172,9 +182,9 @@ def test_an_internal_error_leaves_its_traceback_under_report_dir(
     assert len(err) == 1 and str(traceback_file) in err[0]
     folder = only_report_dir(tmp_path / "reports")
     assert folder is not None
-    report = json.loads((folder / "report.json").read_text())
-    assert (report["status"], report["stage"]) == ("failed", "done")
-    assert any("boom while preparing" in n for n in report["notes"])
+    report = load_report(folder)
+    assert (report.status, report.stage) == (RunStatus.FAILED, Stage.DONE)
+    assert any("boom while preparing" in n for n in report.notes)
 
 
 def test_steps_that_are_not_whole_epochs_are_refused_before_the_build(tmp_path: Path) -> None:
