@@ -21,9 +21,8 @@ from harness.build import BuildResult, build, copy_source, new_scratch_tree
 from harness.build.entry import MARKER
 from harness.config.pin import Pin, load_pin
 from harness.errors import HarnessError
-from harness.outcome import USAGE
-from harness.report.load import load_report
-from tests.harness_cli import harness
+from harness.outcome import USAGE, Kind
+from tests.harness_cli import harness, verdict_of
 
 pytestmark = [
     pytest.mark.slow,
@@ -185,15 +184,17 @@ def test_end_to_end_a_truncated_binary_is_rebuilt_and_the_run_gets_its_verdict(
     _truncate_binary(tree)
     args = ("run", "breakout", "--env", "REPLICA_CONTEXT=bare", "--timeout", "60")
     res = harness(*args, report_root=tmp_path / "r", env=env)
-    report = res.report
+    report = res.loaded
     assert res.code == 3, res.stdout + res.stderr
-    assert report["verdict"]["kind"] == "error-exit", report["verdict"]
-    assert "missing key" in report["verdict"]["summary"]
-    assert report["build"]["cache_hit"] is False
-    assert any("puffer is " in n and "rebuilt" in n for n in report["build"]["notes"])
-    assert any("puffer is " in n and "rebuilt" in n for n in report["notes"])
-    loaded = load_report(res.folder)  # the note reads back with the report
-    assert loaded.build is not None and loaded.build.notes == report["build"]["notes"]
+    v = verdict_of(report)
+    assert v.kind is Kind.ERROR_EXIT, v
+    assert "missing key" in v.summary
+    assert report.build is not None, report.notes
+    assert report.build.cache_hit is False
+    assert any("puffer is " in n and "rebuilt" in n for n in report.build.notes)
+    assert any("puffer is " in n and "rebuilt" in n for n in report.notes)
+    # the note reads back with the report: the notes read are those report.json holds
+    assert report.build.notes == res.report["build"]["notes"]
 
 
 # ------------------------------------------------ declared outputs stay inside the build copy

@@ -12,9 +12,12 @@ from harness.cli import main as cli_main
 from harness.config.pin import load_pin
 from harness.config.scenario import load_scenario
 from harness.errors import HarnessError
-from harness.outcome import HANG, USAGE
+from harness.outcome import HANG, USAGE, Kind
 from harness.pipeline.compare import default_variants
+from harness.report.load import report_from_json
+from harness.vocab import BlameHow
 from tests.gitrepo import History, make_history, plan_with
+from tests.harness_cli import verdict_of
 
 ROOT = Path(__file__).resolve().parent.parent
 # the runs of the shipped scenario, shortened without touching what is checked (the pin's
@@ -127,17 +130,22 @@ def test_run_with_an_extending_pin_and_the_shipped_scenario(
     argv = ["run", "breakout", "--pin", str(pin), "--checkout", str(h.root)]
     argv += ["--startup", "5", *SHORT_RUNS, "--report-dir", str(tmp_path), "--json"]
     assert cli_main(argv) == HANG
-    report = json.loads(capsys.readouterr().out)
-    assert report["pin"]["name"] == "my-fork"
-    assert report["verdict"]["kind"] == "hang"
-    assert report["verdict"]["location"] == "env_start"
+    # --json: the report on stdout, typed as report.json is read back (no file of its folder
+    # is read: the report root stands for the folder)
+    report = report_from_json(json.loads(capsys.readouterr().out), tmp_path)
+    assert report.pin is not None and report.pin.name == "my-fork"
+    v = verdict_of(report)
+    assert v.kind is Kind.HANG
+    assert v.location == "env_start"
     # blame of the hang line in the fork's history: the commit that put the pragma there
-    blame = report["verdict"]["blame"]
-    assert blame is not None, report["verdict"]["blame_skipped"]
-    assert blame["file"] == "src/vecenv.h"
-    assert blame["pragma_introduced"]["subject"] == "compact everything"
-    assert blame["pragma_introduced"]["sha"] == h.first_bad
-    assert blame["pragma_introduced"]["how_found"] == "log -S"
+    blame = v.blame
+    assert blame is not None, v.blame_skipped
+    assert blame.file == "src/vecenv.h"
+    introduced = blame.pragma_introduced
+    assert introduced is not None, blame
+    assert introduced.subject == "compact everything"
+    assert introduced.sha == h.first_bad
+    assert introduced.how_found is BlameHow.LOG_S
 
 
 @pytest.mark.slow

@@ -15,16 +15,19 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from harness.outcome import interrupted_code
+from harness.outcome import Kind, interrupted_code
+from harness.report.load import load_report
+from harness.report.model import Report
+from harness.vocab import RunStatus
 from tests.harness_cli import (
     ROOT,
     communicate_and_kill,
     in_session,
     only_report_dir,
+    verdict_of,
     wait_for_trainer,
     watch_opts,
 )
@@ -114,7 +117,7 @@ def dropped_by_cpython(stderr: str) -> bool:
     return said and "KeyboardInterrupt" in stderr and cpython_frames_only(stderr)
 
 
-def assert_interrupted(code: int, stderr: str, root: Path, when: str) -> dict[str, Any] | None:
+def assert_interrupted(code: int, stderr: str, root: Path, when: str) -> Report | None:
     """Exit 130 without a traceback; the run folder, if any, holds a finished report.json
     (returned), else the harness said nothing was written."""
     if before_the_harness(code, stderr):
@@ -131,8 +134,9 @@ def assert_interrupted(code: int, stderr: str, root: Path, when: str) -> dict[st
         assert NOTHING_WRITTEN in stderr, f"{when}: {stderr}"
         return None
     assert NOTHING_WRITTEN not in stderr, f"{when}: {stderr}"
-    report: dict[str, Any] = json.loads((folder / "report.json").read_text())
-    assert report["status"] in ("interrupted", "complete", "failed"), (when, report["status"])
+    report = load_report(folder)
+    finished = (RunStatus.INTERRUPTED, RunStatus.COMPLETE, RunStatus.FAILED)
+    assert report.status in finished, (when, report.status)
     return report
 
 
@@ -158,7 +162,7 @@ def test_sigint_at_any_moment_exits_130_with_a_report_or_a_line(
     for delay, root, proc, _ in runs:
         code, stderr = ended(proc)
         report = assert_interrupted(code, stderr, root, f"SIGINT after {delay}s")
-        outcomes.append(report["status"] if report else code)
+        outcomes.append(report.status if report else code)
         seen.append((delay, code, stderr.strip().splitlines()[-1:]))
     # the later delays reach the harness's own handlers (the early one, or main's)
     assert SIGINT_CODE in outcomes or any(isinstance(o, str) for o in outcomes), seen
@@ -181,8 +185,9 @@ def test_sigint_during_the_build_finishes_the_report(tmp_path: Path) -> None:
     code, stderr = ended(proc)
     report = assert_interrupted(code, stderr, root, "during the build")
     assert report is not None
-    assert (report["status"], report["verdict"]["kind"]) == ("interrupted", "interrupted")
-    assert "interrupted by signal 2 at stage build" in report["notes"]
+    got = (report.status, verdict_of(report).kind)
+    assert got == (RunStatus.INTERRUPTED, Kind.INTERRUPTED), got
+    assert "interrupted by signal 2 at stage build" in report.notes
     assert stderr.strip().splitlines()[-1] == (
         "harness: interrupted by signal 2 at stage build; report (status interrupted): "
         f"{only_report_dir(root)}"
@@ -199,7 +204,8 @@ def test_sigint_during_the_run_finishes_the_report(
     code, stderr = ended(proc)
     report = assert_interrupted(code, stderr, root, "during the run")
     assert report is not None
-    assert (report["status"], report["verdict"]["kind"]) == ("interrupted", "interrupted")
+    got = (report.status, verdict_of(report).kind)
+    assert got == (RunStatus.INTERRUPTED, Kind.INTERRUPTED), got
 
 
 def stage_of(root: Path) -> str | None:

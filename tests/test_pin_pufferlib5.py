@@ -16,8 +16,9 @@ from harness import dashboard
 from harness.build import GENERIC_HINTS
 from harness.config.pin import load_pin
 from harness.config.scenario import load_scenario
+from harness.outcome import Kind
 from tests import facts
-from tests.harness_cli import harness
+from tests.harness_cli import harness, verdict_of
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -144,19 +145,21 @@ def test_build_fails_fast_with_a_hint(tmp_path: Path) -> None:
         env=env,
     )
     assert "Traceback" not in res.stdout + res.stderr
-    build = res.report["build"]
+    report = res.loaded
+    build = report.build
+    assert build is not None, res.stdout + res.stderr
     if direct.returncode == 0:
         # a host with a GPU (or a recent nvcc) and every library: the build succeeds here too
-        assert build["ok"] and res.report["verdict"]["kind"] != "build-failed", build
+        assert build.ok and verdict_of(report).kind is not Kind.BUILD_FAILED, build
         return
     log = direct.stdout + direct.stderr
     assert res.code == 4, res.stdout + res.stderr
-    assert res.report["verdict"]["kind"] == "build-failed"
-    assert not build["ok"] and build["first_error"], build
-    assert build["first_error"] in {line.strip()[:300] for line in log.splitlines()}, build
+    assert verdict_of(report).kind is Kind.BUILD_FAILED
+    assert not build.ok and build.first_error, build
+    assert build.first_error in {line.strip()[:300] for line in log.splitlines()}, build
     # the pin's hints first, then the generic ones: the first whose pattern is in the log
     patterns = [(h.pattern, h.hint) for h in load_pin("pufferlib-5.0").build_hints]
     hints = [hint for pattern, hint in [*patterns, *GENERIC_HINTS] if re.search(pattern, log)]
     assert hints, f"no hint for this failure: {log}"
-    assert build["hint"] == hints[0]
-    assert f"(hint: {hints[0]})" in res.report["verdict"]["summary"]
+    assert build.hint == hints[0]
+    assert f"(hint: {hints[0]})" in verdict_of(report).summary

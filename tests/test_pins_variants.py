@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.build import BuildResult
 from harness.config.pin import PIN_SCHEMA_VERSION, load_pin, pin_dir
-from tests.harness_cli import ROOT, harness, run_replica
+from harness.outcome import Kind
+from harness.report.load import load_report
+from harness.vocab import FileStatus, SourceStatus
+from tests.harness_cli import ROOT, HarnessResult, harness, run_replica, verdict_of
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.spread]
 # the stock replica hangs for real only where gcc's OpenMP is GNU libgomp (its fork hazard)
@@ -31,6 +35,13 @@ def copy_of_replica(tmp_path: Path) -> Path:
     pin = tmp_path / "replica.toml"
     pin.write_text(text)
     return pin
+
+
+def build_of(res: HarnessResult) -> BuildResult:
+    """The run's build, read typed; fails when the report has none."""
+    build = res.loaded.build
+    assert build is not None, f"no build: {res.stderr}"
+    return build
 
 
 def test_shipped_replica_pin_is_verified() -> None:
@@ -52,8 +63,9 @@ def test_one_byte_of_drift_is_named_and_refused(tmp_path: Path) -> None:
     res = harness("run", "breakout", "--pin", str(pin), report_root=tmp_path / "r")
     assert res.code == 5
     assert "does not match the pin" in res.stderr and "src/vecenv.h" in res.stderr
-    report = json.loads(next((tmp_path / "r").glob("*/report.json")).read_text())
-    assert report["pin"]["verification"]["status"] == "drift"
+    report = load_report(next((tmp_path / "r").glob("*/report.json")))
+    assert report.pin is not None, report.notes
+    assert report.pin.verification_status == SourceStatus.DRIFT
 
 
 @pytest.mark.slow
@@ -73,9 +85,12 @@ def test_allow_drift_runs_and_records_it(tmp_path: Path, cache_env: dict[str, st
         "262144",
     )
     assert res.code == 0, res.stderr
-    v = res.report["pin"]["verification"]
-    assert v["status"] == "drift"
-    assert [f["path"] for f in v["files"] if f["status"] == "differs"] == ["config/breakout.ini"]
+    pin_info = res.loaded.pin
+    assert pin_info is not None and pin_info.verification is not None, pin_info
+    assert pin_info.verification_status == SourceStatus.DRIFT
+    files = pin_info.verification["files"]  # the verification is kept as written (PinInfo)
+    differs = [f["path"] for f in files if f["status"] == FileStatus.DIFFERS]
+    assert differs == ["config/breakout.ini"], differs
 
 
 @pytest.mark.slow
@@ -84,15 +99,13 @@ def test_build_cache_hit_then_miss_on_a_source_byte(
 ) -> None:
     pin = copy_of_replica(tmp_path)
     args = ("run", "breakout", "--pin", str(pin), "--variant", "fixed", "--steps", "262144")
-    first = harness(*args, report_root=tmp_path / "a", env=cache_env).report["build"]
-    second = harness(*args, report_root=tmp_path / "b", env=cache_env).report["build"]
-    assert second["cache_hit"] and second["key"] == first["key"]
+    first = build_of(harness(*args, report_root=tmp_path / "a", env=cache_env))
+    second = build_of(harness(*args, report_root=tmp_path / "b", env=cache_env))
+    assert second.cache_hit and second.key == first.key
     learner = tmp_path / "replica-src" / "src" / "learner.h"
     learner.write_text(learner.read_text() + "\n")
-    third = harness(*args, "--allow-drift", report_root=tmp_path / "c", env=cache_env).report[
-        "build"
-    ]
-    assert not third["cache_hit"] and third["key"] != first["key"]
+    third = build_of(harness(*args, "--allow-drift", report_root=tmp_path / "c", env=cache_env))
+    assert not third.cache_hit and third.key != first.key
 
 
 @pytest.mark.slow
@@ -148,9 +161,9 @@ def test_worker_region_hang_is_located_in_vec_thread_main(
         "--startup",
         "8",
     )
-    v = res.report["verdict"]
+    v = verdict_of(res.loaded)
     assert res.code == 2, v
-    assert (v["kind"], v["location"]) == ("hang", "vec_thread_main")
+    assert (v.kind, v.location) == (Kind.HANG, "vec_thread_main")
 
 
 def test_bad_pin_and_variant_input(tmp_path: Path) -> None:

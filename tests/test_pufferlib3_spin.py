@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness_cli import harness, tree_is_gone
+from harness.outcome import Kind
+from harness.vocab import Mechanism, Trigger
+from tests.harness_cli import exit_pid, harness, samples_of, tree_is_gone, verdict_of
 from tests.pufferlib3 import MARKS, PIN, SMALL, STALL, build
 
 pytestmark = MARKS
@@ -39,11 +41,11 @@ def test_stuck_final_evaluation_is_a_spin_located_by_py_spy(tmp_path: Path, buil
         env={"OMP_NUM_THREADS": "1"},  # one thread: the trainer would take both cores
         timeout=300,
     )
-    report = res.report
-    v = report["verdict"]
+    report = res.loaded
+    v = verdict_of(report)
     assert res.code == 2, v
-    assert (v["kind"], v["mechanism"], v["location"]) == ("hang", "spin", "evaluate")
-    assert report["trigger"] == "stall"
-    assert any("py-spy" in line for line in v["evidence"])
-    assert report["samples"]["tools"]["py-spy"] == "used"
-    assert tree_is_gone(report["exit"]["pid"])
+    assert (v.kind, v.mechanism, v.location) == (Kind.HANG, Mechanism.SPIN, "evaluate")
+    assert report.trigger is Trigger.STALL
+    assert any("py-spy" in line for line in v.evidence)
+    assert samples_of(report).tools["py-spy"] == "used"
+    assert tree_is_gone(exit_pid(report))

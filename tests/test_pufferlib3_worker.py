@@ -15,7 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.harness_cli import ROOT, tree_is_gone
+from harness.outcome import Kind
+from harness.report.load import report_from_json
+from harness.vocab import Mechanism
+from tests.harness_cli import ROOT, exit_pid, samples_of, tree_is_gone, verdict_of
 from tests.pufferlib3 import MARKS, PIN, SMALL, STALL, build
 
 pytestmark = MARKS
@@ -69,16 +72,18 @@ def test_dead_worker_leaves_main_spinning_in_recv(tmp_path: Path, built: None) -
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    report = json.loads(out)
-    v = report["verdict"]
+    # --json: the report on stdout, typed as report.json is read back (no file of its folder
+    # is read: the report root stands for the folder)
+    report = report_from_json(json.loads(out), tmp_path)
+    v = verdict_of(report)
     assert proc.returncode == 2, v
-    assert (v["kind"], v["mechanism"], v["location"]) == ("hang", "spin", "Multiprocessing.recv")
+    assert (v.kind, v.mechanism, v.location) == (Kind.HANG, Mechanism.SPIN, "Multiprocessing.recv")
     # README's claim: the killed worker is named as the cause (harness/data/causes.toml)
-    causes = [c["id"] for c in v["causes"]]
-    assert "dead-worker" in causes, v["causes"]
-    python_stacks = {s["pid"] for s in report["samples"]["stacks"] if s["python"]}
+    causes = [c.id for c in v.causes]
+    assert "dead-worker" in causes, v.causes
+    python_stacks = {s.pid for s in samples_of(report).stacks if s.python}
     assert len(python_stacks) >= 2, "py-spy stacks of the main process and the live worker"
-    assert tree_is_gone(report["exit"]["pid"])
+    assert tree_is_gone(exit_pid(report))
 
 
 def _wait_for_worker(

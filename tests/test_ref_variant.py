@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests import gitrepo
-from tests.harness_cli import harness
+from tests.harness_cli import harness, verdict_of
 
 # builds and runs the replica; its stock run hangs only through libgomp's fork hazard
 pytestmark = [
@@ -43,10 +43,12 @@ def test_fix_branch_applied_by_ref(tmp_path: Path) -> None:
         "run", "breakout", *common, "--variant", "ref:fix", report_root=tmp_path / "r1", env=env
     )
     assert res.code == 0, res.stdout + res.stderr
-    changes = res.report["variant"]["changes"]
+    variant = res.loaded.variant
+    assert variant is not None, res.stdout + res.stderr
+    changes = variant.changes
     assert any(c.startswith("ref fix = ") and "src/vecenv.h" in c for c in changes), changes
     stock = harness("run", "breakout", *common, report_root=tmp_path / "r2", env=env)
-    assert stock.code == 2 and stock.report["verdict"]["location"] == "env_start"
+    assert stock.code == 2 and verdict_of(stock.loaded).location == "env_start"
     assert vecenv.read_text() == before  # the user's checkout was only read
     assert gitrepo.git(repo, "status", "--porcelain") == ""
     missing = harness(

@@ -5,7 +5,6 @@ runs of a real deadlocked C program, and the parent that owns it is SIGKILLed fo
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -21,7 +20,16 @@ import pytest
 from harness.outcome import USAGE, Kind, exit_code, interrupted_code
 from harness.pipeline.children import ZYGOTE_ENTRY, ZYGOTE_PRELOAD
 from harness.process.zygote import DISABLE_VAR, Zygote
-from tests.harness_cli import ROOT, only_report_dir, trainer_of, wait_for_trainer, watch_opts
+from harness.report.load import load_report
+from harness.vocab import RunStatus
+from tests.harness_cli import (
+    ROOT,
+    only_report_dir,
+    trainer_of,
+    verdict_of,
+    wait_for_trainer,
+    watch_opts,
+)
 
 pytestmark = [pytest.mark.timeout(120)]
 PROGRAM = str(ROOT / "harness" / "__main__.py")
@@ -76,10 +84,10 @@ def test_a_forked_run_is_the_cli_with_its_own_argv_session_and_exit_code(
     assert child.returncode == exit_code(Kind.HANG), err
     folder = only_report_dir(tmp_path)
     assert folder is not None
-    report = json.loads((folder / "report.json").read_text())
-    assert report["verdict"]["kind"] == "hang"
+    report = load_report(folder)
+    assert verdict_of(report).kind is Kind.HANG
     # what `python -m harness ARGS` records: sys.argv, __main__.py first
-    assert report["harness_argv"] == [PROGRAM, *args]
+    assert report.harness_argv == [PROGRAM, *args]
 
 
 def test_usage_errors_and_the_environment_are_the_childs_own(
@@ -111,7 +119,7 @@ def test_a_signal_reaches_the_run_through_its_pidfd(
     assert child.returncode == interrupted_code(signal.SIGTERM), err
     folder = only_report_dir(tmp_path)
     assert folder is not None
-    assert json.loads((folder / "report.json").read_text())["status"] != "running"
+    assert load_report(folder).status is not RunStatus.RUNNING
 
 
 def test_nothing_outlives_a_sigkilled_parent(
