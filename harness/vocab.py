@@ -90,12 +90,37 @@ class RunCwd(StrEnum):
     REPORT = "report"  # a fresh, empty folder in the run's report
 
 
+class StackToolKind(StrEnum):
+    """What a stack tool reads (sampling/tools.py TOOLS): --native and --python-stacks."""
+
+    NATIVE = "native"  # every thread's native frames: eu-stack, gdb
+    PYTHON = "python"  # a Python process's Python frames: py-spy
+
+
 class StackToolName(StrEnum):
     """The stack tools (sampling/tools.py TOOLS): a frame's source, a --native choice."""
 
     EU_STACK = "eu-stack"
     GDB = "gdb"
     PY_SPY = "py-spy"
+
+
+class Need(StrEnum):
+    """An input a detector looks at (analysis/detectors/registry.py `@detector(needs=…)`;
+    the "needs" column of docs/pin-schema.md's detector table)."""
+
+    SAMPLES = "samples"  # the sample set: stacks, snapshots, timeline, events, lock cycles
+    OUTPUT = "output"  # the tail of the command's output
+    # the run's history from its start (in the samples' events and timeline): a fork or a
+    # death before the first look is missing from a watch that attached later
+    HISTORY = "history"
+
+
+class CheckOver(StrEnum):
+    """Which of a key's dashboard values a range check bounds (a scenario check's `over`)."""
+
+    ALL = "all"  # every frame's value
+    LAST = "last"  # the last frame's
 
 
 class SourceKind(StrEnum):

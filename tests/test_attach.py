@@ -511,7 +511,7 @@ def test_attach_on_a_real_world_hang(
     case_id: str, tmp_path: Path, spawn: Callable[..., Spawned]
 ) -> None:
     from harness.analysis.causes import checked_rules
-    from harness.analysis.detectors import Need
+    from harness.vocab import Need
     from tests.realworld.corpus import HERE, load_cases
 
     history = {c.rule.id for c in checked_rules() if Need.HISTORY in c.detector.needs}

@@ -23,7 +23,7 @@ from harness.doctor.openmp import judge_fork
 from harness.doctor.tracing import probe_ptrace
 from harness.process.tools import started
 from harness.sampling import tools as stack_tools
-from harness.vocab import DoctorStatus
+from harness.vocab import DoctorStatus, StackToolKind
 from tests import facts
 from tests.harness_cli import living_descendants
 
@@ -217,7 +217,7 @@ def test_stack_tools_follow_the_sampler_registry() -> None:
 
 def test_no_stack_tool_at_all(tmp_path: Path) -> None:
     probes = {p.name: p for p in doctor.run_doctor(timeout_s=10.0, path=str(tmp_path))}
-    for tool in stack_tools.of_kind("native"):
+    for tool in stack_tools.of_kind(StackToolKind.NATIVE):
         assert "samples have no native stacks" in probes[f"tool:{tool.name}"].hint
     assert "samples have no Python stacks" in probes["tool:py-spy"].hint or (
         probes["tool:py-spy"].status == "ok"  # py-spy is also found next to the interpreter
@@ -228,7 +228,7 @@ def test_no_stack_tool_at_all(tmp_path: Path) -> None:
 
 def _fake_native_tools(folder: Path, body: str) -> None:
     """Every native stack tool of the registry as a script: the probe uses the first."""
-    for tool in stack_tools.of_kind("native"):
+    for tool in stack_tools.of_kind(StackToolKind.NATIVE):
         exe = folder / tool.name
         exe.write_text(f"#!/bin/sh\n{body}\n")
         exe.chmod(0o755)

@@ -23,8 +23,10 @@ import pytest
 
 from harness.pytest_plugin import channel, procstart, resume, watcher
 from harness.pytest_plugin.watcher import look_every
-from harness.vocab import Trigger
+from harness.report.load import load_report
+from harness.vocab import RunMode, Trigger
 from tests.facts import require_tool
+from tests.harness_cli import verdict_of
 
 pytestmark = pytest.mark.spread  # split test by test over the workers (conftest.py)
 
@@ -168,9 +170,9 @@ def _check_hangs(s: Session) -> None:
         # xdist quotes a crashed worker's longrepr in the message: `failed on setup with "…"`
         path = re.search(r'report: ([^\s"]+)', message)
         assert path is not None, message
-        report = json.loads((Path(path.group(1)) / "report.json").read_text())
-        assert report["mode"] == "pytest"
-        assert report["verdict"]["causes"][0]["id"] == cause
+        report = load_report(Path(path.group(1)))
+        assert report.mode is RunMode.PYTEST
+        assert [c.id for c in verdict_of(report).causes][:1] == [cause]
         assert nodeid in s.out  # the terminal names it too
     passed = [n for n, (o, _) in s.junit.items() if o == "passed"]
     assert sorted(passed) == sorted(set(s.junit) - set(EXPECTED_CAUSE)), s.junit

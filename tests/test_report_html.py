@@ -28,7 +28,7 @@ from harness.report.html import render_html, render_index
 from harness.report.load import load_report, report_from_json
 from harness.report.runs import RunRow, row_from_report
 from tests import facts
-from tests.harness_cli import ROOT, harness
+from tests.harness_cli import ROOT, harness, verdict_of
 
 # ---------------------------------------------------------------- helpers
 
@@ -458,7 +458,7 @@ def hang_dir(
     root = tmp_path_factory.mktemp("reports")
     res = harness("run", "breakout", "--timeout", "60", report_root=root, env=cache_env)
     assert res.code == 2, res.stdout + res.stderr
-    assert res.report_dir is not None and res.report["verdict"]["location"] == "env_start"
+    assert res.report_dir is not None and verdict_of(res.loaded).location == "env_start"
     return res.report_dir
 
 

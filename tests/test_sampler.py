@@ -33,7 +33,7 @@ from harness.sampling.parsers import (
 )
 from harness.sampling.sample import sample_tree
 from harness.sampling.stacks import MAX_STACK_PROCESSES, stack_workers
-from harness.vocab import StackToolName
+from harness.vocab import StackToolKind, StackToolName
 from tests.samples import sample_set
 
 if TYPE_CHECKING:
@@ -665,14 +665,14 @@ def test_slow_printer_progresses_and_exits(programs_dir: Path, python_exe: str) 
 def test_the_registry_orders_the_tools_and_derives_the_choices() -> None:
     names = [t.name for t in stack_tools.TOOLS]
     assert names == [StackToolName.EU_STACK, StackToolName.GDB, StackToolName.PY_SPY]
-    assert stack_tools.choices("native") == ["auto", "eu-stack", "gdb", "none"]
-    assert stack_tools.choices("python") == ["auto", "py-spy", "none"]
-    assert [t.name for t in stack_tools.wanted("native", "auto")] == names[:2]
-    assert [t.name for t in stack_tools.wanted("native", "gdb")] == [StackToolName.GDB]
-    assert stack_tools.wanted("python", "none") == ()
+    assert stack_tools.choices(StackToolKind.NATIVE) == ["auto", "eu-stack", "gdb", "none"]
+    assert stack_tools.choices(StackToolKind.PYTHON) == ["auto", "py-spy", "none"]
+    assert [t.name for t in stack_tools.wanted(StackToolKind.NATIVE, "auto")] == names[:2]
+    assert [t.name for t in stack_tools.wanted(StackToolKind.NATIVE, "gdb")] == [StackToolName.GDB]
+    assert stack_tools.wanted(StackToolKind.PYTHON, "none") == ()
     with pytest.raises(ValueError, match="not one of auto, eu-stack, gdb, none"):
-        stack_tools.wanted("native", "py-spy")
-    assert stack_tools.auto_text("native") == "eu-stack, else gdb"
+        stack_tools.wanted(StackToolKind.NATIVE, "py-spy")
+    assert stack_tools.auto_text(StackToolKind.NATIVE) == "eu-stack, else gdb"
 
 
 def test_each_tool_parses_what_its_command_line_asks_for() -> None:
@@ -698,7 +698,7 @@ def test_plan_follows_the_registry_and_path(
     monkeypatch.setenv("PATH", path_with(tmp_path, "gdb", "eu-stack", "eu-addr2line"))
     result = sample_set()
     plan = stacks.plan_tools("auto", "none", result)
-    available = [t.name for t in stack_tools.of_kind("native") if shutil.which(t.name)]
+    available = [t.name for t in stack_tools.of_kind(StackToolKind.NATIVE) if shutil.which(t.name)]
     assert [t.name for t in plan.native] == available
     assert plan.python is None and plan.python_wanted == ()
     if available[:1] == [StackToolName.EU_STACK]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from harness import contain, dashboard, outcome
 from harness.analysis import endlogs
-from harness.vocab import CheckKind, CheckStatus
+from harness.vocab import CheckKind, CheckOver, CheckStatus
 
 
 @dataclass
@@ -113,7 +113,7 @@ def _check_required(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]
 
 def _check_range(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
     out = []
-    over = spec.get("over", "all")
+    over = CheckOver(spec.get("over", CheckOver.ALL))
     for key in [spec["key"]] if "key" in spec else spec["keys"]:
         name = spec.get("name") or f"{key} in {_bound(spec)}"
         matched = obs.keys(key)
@@ -123,10 +123,12 @@ def _check_range(spec: Mapping[str, Any], obs: Observed) -> list[CheckResult]:
             out.append(CheckResult(name, status, None, _bound(spec), f"{key}: {why}"))
             continue
         for k in matched:
-            values = obs.series[k][-1:] if over == "last" else obs.series[k]
+            values = obs.series[k][-1:] if over is CheckOver.LAST else obs.series[k]
             bad = [v for v in values if not _within(v, spec)]
             lo, hi = min(values), max(values)
-            observed: object = _fmt(values[-1]) if over == "last" else f"[{_fmt(lo)}, {_fmt(hi)}]"
+            observed: object = (
+                _fmt(values[-1]) if over is CheckOver.LAST else f"[{_fmt(lo)}, {_fmt(hi)}]"
+            )
             label = name if k == key else f"{k} in {_bound(spec)}"
             if bad:
                 msg = (

@@ -16,7 +16,7 @@ from harness.cli.hostopts import add_host_options, host_conditions
 from harness.filenames import REPORT_JSON
 from harness.outcome import USAGE
 from harness.sampling import tools as stack_tools
-from harness.vocab import AUTO
+from harness.vocab import AUTO, StackToolKind
 from harness.watch.watchdog import DEFAULT_QUIESCENT_S
 
 # Every command's parser is built on each start (`harness --help` too), so this module
@@ -162,16 +162,16 @@ def add_stack_tool_options(p: argparse.ArgumentParser) -> None:
     # the choices and what auto means come from the stack-tool registry (sampling/tools.py)
     p.add_argument(
         "--native",
-        choices=stack_tools.choices("native"),
+        choices=stack_tools.choices(StackToolKind.NATIVE),
         default=AUTO,
-        help=f"native stack tool (auto: {stack_tools.auto_text('native')})",
+        help=f"native stack tool (auto: {stack_tools.auto_text(StackToolKind.NATIVE)})",
     )
     p.add_argument(
         "--python-stacks",
-        choices=stack_tools.choices("python"),
+        choices=stack_tools.choices(StackToolKind.PYTHON),
         default=AUTO,
         help="Python stack tool for Python processes of the tree "
-        f"(auto: {stack_tools.auto_text('python')} when present)",
+        f"(auto: {stack_tools.auto_text(StackToolKind.PYTHON)} when present)",
     )
 
 

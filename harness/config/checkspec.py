@@ -5,13 +5,13 @@ evaluates them, one checker per kind listed here."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
 from harness.config.fields import WORD, Number, Strict, StrList, fail
 from harness.config.schema_errors import validate as validate_model
-from harness.vocab import CheckKind
+from harness.vocab import CheckKind, CheckOver
 
 # what each kind needs besides `kind` (range: `key` or `keys`)
 NEEDS: dict[CheckKind, tuple[str, ...]] = {
@@ -32,7 +32,7 @@ class CheckModel(Strict):
     keys: StrList | None = None
     min: Number | None = None
     max: Number | None = None
-    over: Literal["all", "last"] = "all"
+    over: Annotated[CheckOver, WORD] = CheckOver.ALL
     optional: bool = False
     pins: StrList | None = None
     section: Annotated[str, Field(min_length=1)] | None = None

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from harness.doctor.model import Probe, ProbeContext, c_source, tempdir, why
 from harness.sampling import tools as stack_tools
 from harness.sampling.tools import StackTool
-from harness.vocab import DoctorStatus
+from harness.vocab import DoctorStatus, StackToolKind
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def stack_hint(tool: StackTool, present: Sequence[str]) -> str:
     return f"{stack_role(tool)}; meanwhile {meanwhile}"
 
 
-_KIND = {"native": "native", "python": "Python"}
+_KIND = {StackToolKind.NATIVE: "native", StackToolKind.PYTHON: "Python"}
 
 
 TOOLS = (

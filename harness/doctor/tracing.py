@@ -17,8 +17,8 @@ from harness.process.tools import ToolResult, permission_denied, started
 from harness.sampling import tools as stack_tools
 from harness.sampling.frames import FrameContext
 from harness.sampling.model import ThreadStack
-from harness.sampling.tools import Dump, Invocation, StackTool, ToolKind
-from harness.vocab import DoctorStatus
+from harness.sampling.tools import Dump, Invocation, StackTool
+from harness.vocab import DoctorStatus, StackToolKind
 
 PTRACE_HINT = (
     "ptrace denied: run the container with --cap-add=SYS_PTRACE, or set "
@@ -47,7 +47,7 @@ def _sleeper() -> list[str]:
     return [sleep, "30"] if sleep else [sys.executable, "-c", "import time; time.sleep(30)"]
 
 
-def _first_tool(ctx: ProbeContext, kind: ToolKind) -> tuple[StackTool, str] | None:
+def _first_tool(ctx: ProbeContext, kind: StackToolKind) -> tuple[StackTool, str] | None:
     """The tool the sampler would use here (`auto`: the first of its kind on PATH)."""
     for tool in stack_tools.of_kind(kind):
         exe = ctx.which(tool.name)
@@ -69,9 +69,9 @@ def probe_ptrace(ctx: ProbeContext) -> Probe:
     """The first native stack tool on PATH attaches to a sibling process with the sampler's
     own command line (at ptrace_scope=1 a parent may trace its child, but not a sibling)."""
     context = _ptrace_context()
-    found = _first_tool(ctx, "native")
+    found = _first_tool(ctx, StackToolKind.NATIVE)
     if found is None:
-        names = " or ".join(t.name for t in stack_tools.of_kind("native"))
+        names = " or ".join(t.name for t in stack_tools.of_kind(StackToolKind.NATIVE))
         return Probe("", DoctorStatus.SKIP, f"no {names} to attach with; {context}")
     tool, exe = found
     with started(_sleeper(), limit_s=ctx.timeout_s + 10) as target:
@@ -101,9 +101,9 @@ _PY_TARGET = (
 
 def probe_py_spy(ctx: ProbeContext) -> Probe:
     """The first Python stack tool on PATH dumps a Python child, as the sampler would."""
-    found = _first_tool(ctx, "python")
+    found = _first_tool(ctx, StackToolKind.PYTHON)
     if found is None:
-        names = " or ".join(t.name for t in stack_tools.of_kind("python"))
+        names = " or ".join(t.name for t in stack_tools.of_kind(StackToolKind.PYTHON))
         return Probe("", DoctorStatus.SKIP, f"{names} not found (PATH or next to the interpreter)")
     tool, exe = found
     limit = ctx.timeout_s + 10

@@ -19,7 +19,6 @@ import psutil
 
 from harness.analysis import classify
 from harness.analysis.causes import checked_rules
-from harness.analysis.detectors import Need
 from harness.config.signatures import load_signatures
 from harness.doctor.fingerprint import take_fingerprint
 from harness.errors import HarnessError
@@ -39,7 +38,7 @@ from harness.pipeline.run import finishing
 from harness.report import store
 from harness.report.live import LiveProgress
 from harness.report.model import Cleanup, CommandInfo, ExitInfo, Report
-from harness.vocab import RunMode, RunStatus, Stage, Trigger
+from harness.vocab import Need, RunMode, RunStatus, Stage, Trigger
 from harness.watch.closedwatch import closed_words
 from harness.watch.watchdog import DEFAULT_QUIESCENT_S, Limits
 

@@ -56,6 +56,7 @@ from harness.sampling.model import ProcessSample, SampleSet, ThreadStack
 from harness.sampling.parsers import Location, eu_stack_addresses, parse_addr2line
 from harness.sampling.procfs import is_python, live_tid
 from harness.sampling.tools import EU_ADDR2LINE, Dump, Invocation, StackTool, wanted
+from harness.vocab import StackToolKind
 
 # Stack collection is per process and each attach costs 0.03-2 s; a trainer with a big
 # worker pool would otherwise take minutes. The first processes in tree order (root
@@ -97,8 +98,8 @@ class _Outcome:
 def plan_tools(native: str, python: str, result: SampleSet) -> Plan:
     """Which tools to use (the choices of sampling/tools.py: auto, a tool's name, none),
     recording the missing native ones in result.tools/notes."""
-    want = wanted("native", native)
-    want_py = wanted("python", python)
+    want = wanted(StackToolKind.NATIVE, native)
+    want_py = wanted(StackToolKind.PYTHON, python)
     names = {t.name.value for t in (*want, *want_py)}
     names |= {t.namer for t in want if t.namer}
     paths = {n: p for n in sorted(names) if (p := find_tool(n))}

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from harness.sampling.frames import FrameContext
 from harness.sampling.model import ThreadStack
 from harness.sampling.parsers import Location, parse_eu_stack, parse_gdb, parse_py_spy
-from harness.vocab import AUTO, StackToolName
+from harness.vocab import AUTO, StackToolKind, StackToolName
 
-ToolKind = Literal["native", "python"]
 NONE = "none"
 # eu-stack's companion: names the addresses of an `eu-stack -q` dump from the mapped files
 # and /proc/PID/maps, without attaching (see stacks.py)
@@ -63,7 +61,7 @@ class Dump:
 @dataclass(frozen=True)
 class StackTool:
     name: StackToolName
-    kind: ToolKind
+    kind: StackToolKind
     attach: Attach
     argv: Callable[[Invocation], list[str]]
     parse: Callable[[Dump], list[ThreadStack]]  # may raise on output it cannot read
@@ -109,7 +107,7 @@ def _py_spy_parse(d: Dump) -> list[ThreadStack]:
 TOOLS: tuple[StackTool, ...] = (
     StackTool(
         StackToolName.EU_STACK,
-        "native",
+        StackToolKind.NATIVE,
         Attach(ptrace=True, stops=True),
         _eu_stack_argv,
         _eu_stack_parse,
@@ -119,7 +117,7 @@ TOOLS: tuple[StackTool, ...] = (
     ),
     StackTool(
         StackToolName.GDB,
-        "native",
+        StackToolKind.NATIVE,
         Attach(ptrace=True, stops=True),
         _gdb_argv,
         _gdb_parse,
@@ -128,7 +126,7 @@ TOOLS: tuple[StackTool, ...] = (
     ),
     StackTool(
         StackToolName.PY_SPY,
-        "python",
+        StackToolKind.PYTHON,
         Attach(ptrace=True, stops=True),
         _py_spy_argv,
         _py_spy_parse,
@@ -142,16 +140,16 @@ def by_name(name: str) -> StackTool:
     return next(t for t in TOOLS if t.name == name)
 
 
-def of_kind(kind: ToolKind) -> tuple[StackTool, ...]:
+def of_kind(kind: StackToolKind) -> tuple[StackTool, ...]:
     return tuple(t for t in TOOLS if t.kind == kind)
 
 
-def choices(kind: ToolKind) -> list[str]:
+def choices(kind: StackToolKind) -> list[str]:
     """The values of the option that picks a tool of this kind: auto, each tool, none."""
     return [AUTO, *(t.name.value for t in of_kind(kind)), NONE]
 
 
-def wanted(kind: ToolKind, choice: str) -> tuple[StackTool, ...]:
+def wanted(kind: StackToolKind, choice: str) -> tuple[StackTool, ...]:
     """The tools a choice asks for, in order of preference (auto: all of its kind)."""
     if choice not in choices(kind):
         raise ValueError(f"{kind} stack tool: {choice!r} is not one of {', '.join(choices(kind))}")
@@ -160,6 +158,6 @@ def wanted(kind: ToolKind, choice: str) -> tuple[StackTool, ...]:
     return of_kind(kind) if choice == AUTO else (by_name(choice),)
 
 
-def auto_text(kind: ToolKind) -> str:
+def auto_text(kind: StackToolKind) -> str:
     """What `auto` means, for the option's help: "eu-stack, else gdb"."""
     return ", else ".join(t.name.value for t in of_kind(kind))

@@ -1,7 +1,7 @@
 """The detectors of the cause rules: each looks at what a run left (stacks, the watch loop's
 lineage and exit statuses, lock cycles, the output) and returns one `Match` per finding.
 
-`registry` holds the contract (`@detector`, `Match`, `Inputs`, `Need`) and `DETECTORS`;
+`registry` holds the contract (`@detector`, `Match`, `Inputs`; `vocab.Need`) and `DETECTORS`;
 the detectors live by topic: `process` (the process tree), `threads` (threads waiting on
 each other), `patterns` (a rule's own regexes), `pyprocs` (processes of a Python tree: pipes,
 queues, pools, fork with threads, over `pystacks`), `distributed` (`torchdist`: ranks of
@@ -20,14 +20,13 @@ from harness.analysis.detectors import (
     threads,
     wake,
 )
-from harness.analysis.detectors.registry import DETECTORS, Detector, Inputs, Match, Need, run
+from harness.analysis.detectors.registry import DETECTORS, Detector, Inputs, Match, run
 
 __all__ = [
     "DETECTORS",
     "Detector",
     "Inputs",
     "Match",
-    "Need",
     "distributed",
     "patterns",
     "process",

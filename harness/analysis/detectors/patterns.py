@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.analysis.detectors.registry import Inputs, Match, Need, detector, match
+from harness.analysis.detectors.registry import Inputs, Match, detector, match
 from harness.analysis.views import stack_line
+from harness.vocab import Need
 
 
 @dataclass(frozen=True)

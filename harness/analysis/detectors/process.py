@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from harness.analysis.detectors.registry import Inputs, Match, Need, detector, match
+from harness.analysis.detectors.registry import Inputs, Match, detector, match
 
 # dead-worker leaves a Python pool's lost worker to pool-lost-worker (one cause per finding)
 from harness.analysis.pystacks import pool_caller
@@ -21,7 +21,7 @@ from harness.analysis.views import (
 from harness.config.causes import NoParams
 from harness.process.signals import signal_name
 from harness.sampling.model import ThreadStack
-from harness.vocab import EventKind
+from harness.vocab import EventKind, Need
 
 # a main thread in its exit path, or joining its threads (Python's threading._shutdown).
 # Not __libc_start_call_main: it is the outermost frame of every main thread, so it would be

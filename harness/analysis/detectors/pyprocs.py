@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from harness.analysis.detectors.registry import Inputs, Match, Need, detector, match
+from harness.analysis.detectors.registry import Inputs, Match, detector, match
 from harness.analysis.pystacks import (
     child_waiters,
     has_frame,
@@ -29,7 +29,7 @@ from harness.config.causes import NoParams
 from harness.process.signals import signal_name
 from harness.sampling.model import ProcessEvent, ProcessSample, SampleSet
 from harness.sampling.waits import LOCK_WAITS, POOL_WAITS
-from harness.vocab import EventKind
+from harness.vocab import EventKind, Need
 
 # a multiprocessing Queue's feeder thread, and the exit path that joins it
 _FEEDER = {"Queue._feed": "queues.py"}

@@ -11,23 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from harness.config.causes import NoParams
 from harness.sampling.model import SampleSet
+from harness.vocab import Need
 
 P = TypeVar("P")
-
-
-class Need(StrEnum):
-    """An input a detector looks at."""
-
-    SAMPLES = "samples"  # the sample set: stacks, snapshots, timeline, events, lock cycles
-    OUTPUT = "output"  # the tail of the command's output
-    # the run's history from its start (in the samples' events and timeline): a fork or a
-    # death before the first look is missing from a watch that attached later
-    HISTORY = "history"
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.analysis.detectors.registry import Inputs, Match, Need, detector, match
+from harness.analysis.detectors.registry import Inputs, Match, detector, match
 from harness.analysis.views import processes, top
 from harness.config.causes import NoParams
 from harness.sampling.model import ProcessSample, SampleSet, ThreadStack, spinning
 from harness.sampling.ranks import ProcessRank, rank_from_argv
-from harness.vocab import EventKind
+from harness.vocab import EventKind, Need
 
 # CPU share between looks above which a rank counts as working (a blocked thread uses ~0)
 ACTIVE_FRACTION = 0.05
