@@ -298,3 +298,59 @@ def test_report_command_on_deep_json_and_inf_limits(report: Path, tmp_path: Path
     _one_line_usage(harness("report", str(report), report_root=tmp_path), "nested deeper")
     _write(report, '{"schema_version": 1, "limits": {"wall_s": Infinity}}')
     _one_line_usage(harness("report", str(report), report_root=tmp_path), "limits.wall_s")
+
+
+# ---------------------------------------------------------------- key paths as JSON has them
+
+HANG = Path(__file__).resolve().parent / "data" / "reports" / "f017656-watch-python-deadlock.json"
+
+
+def _hang_with(tmp_path: Path, edit: Any) -> Path:
+    """A real hang report (tests/data/reports/) with one edit, in a folder of its own."""
+    data = json.loads(HANG.read_text())
+    edit(data)
+    folder = tmp_path / "hang"
+    folder.mkdir()
+    _write(folder, data)
+    return folder
+
+
+def _first_inlined(data: dict[str, Any]) -> dict[str, Any]:
+    frames = (f for s in data["samples"]["stacks"] for f in s["frames"])
+    found: dict[str, Any] = next(f for f in frames if "inline" in f)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        # an inlined frame is read as one by its keys: the path names the frame, never the
+        # union member pydantic tried ("…frames[0].inlined.inline")
+        (lambda d: _first_inlined(d).update(inline=None), ".inline: null where a value is"),
+        (lambda d: _first_inlined(d).update(line="12"), ".line: expected an integer, found a"),
+        (lambda d: d["samples"]["stacks"][0]["frames"].insert(0, "main"), "].frames[0]: expec"),
+        (lambda d: d["samples"]["stacks"][0]["frames"][0].pop("function"), ".function: a req"),
+        (
+            lambda d: d["samples"]["timeline"][0]["threads"][0].pop(),
+            ".threads[0][5]: the array is too short",
+        ),
+    ],
+)
+def test_a_wrong_value_is_named_by_its_json_path(tmp_path: Path, edit: Any, words: str) -> None:
+    message = _refused(_hang_with(tmp_path, edit), words)
+    assert "inlined" not in message and ".frame." not in message, message
+
+
+def test_a_command_line_byte_that_is_not_utf8_reads_back(tmp_path: Path) -> None:
+    """Python names an argument's undecodable byte by a lone surrogate (b'caf\\xe9' is
+    'caf\\udce9'), which report.json keeps as `\\udce9`; a JSON parser other than Python's
+    refuses it, and `harness report` and `harness check` refused the harness's own report."""
+    word = os.fsdecode(b"caf\xe9")
+    res = harness("watch", "--", sys.executable, "-c", "print(1)", word, report_root=tmp_path)
+    assert res.code == 0, res.stderr
+    assert "\\udce9" in (res.folder / "report.json").read_text()
+    report = load.load_report(res.folder)
+    assert report.command is not None and report.command.argv[-1] == word
+    assert word in report.harness_argv
+    shown = harness("report", str(res.folder), report_root=tmp_path)
+    assert shown.code == 0, shown.stderr

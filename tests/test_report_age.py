@@ -26,6 +26,22 @@ DATA = Path(__file__).resolve().parent / "data" / "reports"
 
 # file → (mode, kind, mechanism, location, cause ids, trigger), as the capture's console said
 OLD = {
+    "eccb6f4-run-breakout-hang": (
+        RunMode.RUN,
+        Kind.HANG,
+        Mechanism.DEADLOCK,
+        "env_start",
+        [],
+        Trigger.STARTUP,
+    ),
+    "eccb6f4-watch-python-deadlock": (
+        RunMode.WATCH,
+        Kind.HANG,
+        Mechanism.DEADLOCK,
+        "one",
+        [],
+        Trigger.STALL,
+    ),
     "33e304c-run-breakout-hang": (
         RunMode.RUN,
         Kind.HANG,

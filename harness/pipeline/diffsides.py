@@ -21,7 +21,8 @@ from harness.outcome import USAGE, Kind
 from harness.report.load import load_report
 from harness.report.matrix import SCHEMA_VERSION as AGGREGATE_SCHEMA_VERSION
 from harness.report.model import Report, plain
-from harness.report.reading import REPORT_JSON_LIMIT, parse, read_json
+from harness.report.parsing import parse
+from harness.report.reading import REPORT_JSON_LIMIT, read_json
 from harness.report.repeat import NOT_RAN
 from harness.report.signature import FailureSignature
 from harness.stats import Rate

@@ -107,7 +107,8 @@ def check_saved(opts: CheckOptions) -> SavedCheck:
         # the same evaluation as the live run once did: the build's config files and, while
         # they still exist, the run's own end-of-run logs in its working folder
         build = report.build if report is not None else None
-        tree = build.tree if build is not None and str(build.tree) else NOWHERE
+        # a tree the report does not name ("", which Path reads as ".") is no tree
+        tree = build.tree if build is not None and build.tree.parts else NOWHERE
         run_dir = Path(command.cwd) if command is not None and command.cwd else NOWHERE
         since = _epoch(report.started_at) if report is not None else float("inf")
     if scenario is None:

@@ -17,7 +17,7 @@ harness, or hostile. So it is read bounded and checked before anything uses it:
 - **schema_version**: one of `SCHEMA_VERSIONS_READ`; a newer one is refused with the
   versions this harness reads, never misread;
 - **types**: pydantic reads the JSON onto the dataclasses by their own type hints, strictly
-  as JSON means it (`reading.parse`), so a field added to the model is read back
+  as JSON means it (`parsing.parse`), so a field added to the model is read back
   without a change here. Tolerant of age: a key the model lacks is ignored, a field added
   since has a default (a report from before `host` and `conditions` were recorded reads
   with both None; tests/data/reports/ holds real reports of older harnesses, which must keep
@@ -42,7 +42,8 @@ from harness.errors import HarnessError
 from harness.filenames import REPORT_JSON
 from harness.outcome import INTERRUPTED_BASE, Kind
 from harness.report.model import Report
-from harness.report.reading import check_schema_version, parse, read_report_json
+from harness.report.parsing import parse
+from harness.report.reading import check_schema_version, read_report_json
 from harness.vocab import RunMode
 
 

@@ -7,15 +7,9 @@ What the bytes then mean is `report.load`'s business."""
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-from pydantic_core import ErrorDetails
-
-from harness.config.schema_errors import what_is_wrong
 from harness.contain import confined, read_regular
 from harness.errors import HarnessError
 from harness.filenames import REPORT_JSON
@@ -64,103 +58,6 @@ def read_json(folder: Path, rel: str, what: str, limit: int = EVIDENCE_LIMIT) ->
         raise HarnessError(f"{where}: not valid JSON: {exc}", USAGE) from None
     _check_depth(data, where)
     return data
-
-
-T = TypeVar("T")
-# pydantic's reader and writer of a dataclass, by its qualified name, built on first use:
-# one costs tens of ms, and every harness start imports the modules that use them
-_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
-
-
-def adapter(cls: type[T]) -> TypeAdapter[T]:
-    key = f"{cls.__module__}.{cls.__qualname__}"
-    found = _ADAPTERS.get(key)
-    if found is None:
-        found = _ADAPTERS[key] = TypeAdapter(cls)
-    return found
-
-
-def parse(cls: type[T], data: object, root: str = "") -> T:
-    """JSON data (already read, bounded, nesting checked) as `cls`, strictly as JSON means
-    it: a string is no number, true is no integer, a path and a vocabulary word are strings.
-    The one way report.json, triage.json and repeat.json are read. The data goes to pydantic
-    as JSON text again (pydantic's Python mode would take "600" as a number, or refuse a
-    word for its enum); NaN and ±Infinity as Python's json reads them. A ValueError says the
-    first wrong value in one line, its key path under `root` (validation_line), or what the
-    model's own checks refuse."""
-    try:
-        text = json.dumps(data, allow_nan=True)
-    except (TypeError, ValueError) as exc:  # not JSON data: a caller's mistake, said plainly
-        raise ValueError(f"not JSON data: {exc}") from None
-    try:
-        return adapter(cls).validate_json(text, strict=True)
-    except ValidationError as exc:
-        raise ValueError(validation_line(exc, root)) from None
-
-
-def json_path(loc: Sequence[str | int]) -> str:
-    """A pydantic error's place as a JSON key path: `rows[0].report_dir`, `counts.hung`."""
-    out = ""
-    for part in loc:
-        if part == "[key]":  # the key itself is wrong: its path is the key's
-            continue
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out.lstrip(".")
-
-
-def validation_line(exc: ValidationError, root: str = "") -> str:
-    """A JSON value's first wrong part, in one line, its path under `root`:
-    `counts.hang: must be >= 0, not -1`."""
-    first = exc.errors()[0]
-    where = ".".join(p for p in (root, json_path(first["loc"])) if p)
-    return f"{where}: {json_wrong(first)}" if where else json_wrong(first)
-
-
-# pydantic's error types for a value of the wrong JSON type, and what was expected there
-_EXPECTED = {
-    "string_type": "a string",
-    "int_type": "an integer",
-    "int_from_float": "an integer",
-    "float_type": "a number",
-    "bool_type": "a boolean",
-    "list_type": "an array",
-    "tuple_type": "an array",
-    "dict_type": "an object",
-    "dataclass_type": "an object",
-    "dataclass_exact_type": "an object",
-    "model_type": "an object",
-    "model_attributes_type": "an object",
-    "path_type": "a path",
-}
-
-
-def json_type(value: object) -> str:
-    """What a JSON value is, in words: `a number`, `an array`."""
-    if value is None:
-        return "null"
-    kinds = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (list, "an array"))
-    return next((name for t, name in kinds if isinstance(value, t)), "an object")
-
-
-def json_wrong(error: ErrorDetails) -> str:
-    """What is wrong with one JSON value, in the words of JSON (an array, an object, null):
-    `expected a number, found a string`; bounds and the rest as configs say them
-    (`schema_errors.what_is_wrong`)."""
-    kind, value = error["type"], error.get("input")
-    if kind == "missing":
-        return "a required key is missing"
-    if value is None and (kind in _EXPECTED or kind in ("enum", "literal_error")):
-        return "null where a value is required"  # a limit, a list, a word: damage, not data
-    if kind in _EXPECTED:
-        return f"expected {_EXPECTED[kind]}, found {json_type(value)}"
-    if kind == "finite_number":
-        return f"{value} is not a finite number"
-    if kind in ("enum", "literal_error"):
-        words = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
-        return f"{json.dumps(value)[:60]} is not one of {', '.join(words)}"
-    if kind == "union_tag_invalid":
-        return "not a kind of value this harness knows"
-    return what_is_wrong(error)
 
 
 def _check_depth(data: Any, where: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from harness.doctor.fingerprint import HostFingerprint
 from harness.pipeline.options import RunOptions
-from harness.report.reading import parse
+from harness.report.parsing import parse
 from harness.triage.results import (
     RESULTS,
     ExplainResult,

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from harness.outcome import Kind
-from harness.report.reading import adapter, parse
+from harness.report.parsing import adapter, parse
 from harness.source.blame import HangBlame
 from harness.vocab import Decision, DoctorStatus, KnobEffect, Mechanism, TriageStep
 
