@@ -26,6 +26,7 @@ from harness.execute.load import LOAD_VAR, NoisyNeighbour
 from harness.outcome import CRASH, PASS, USAGE
 from harness.pipeline.options import RunOptions, option_flags
 from harness.process import reaper
+from harness.report.model import Report
 from tests.harness_cli import ROOT, harness, wait_for_trainer
 
 pytestmark = pytest.mark.timeout(60)
@@ -55,18 +56,16 @@ def _affinities(output: str) -> dict[str, str]:
     return {w[0]: w[1] for line in output.splitlines() if len(w := line.split()) == 2}
 
 
-def _watch(tmp_path: Path, *args: str, timeout: float = 60) -> tuple[int, dict[str, object], str]:
-    """`harness watch ARGS` with a fresh report root: (exit code, report.json, output.log)."""
+def _watch(tmp_path: Path, *args: str, timeout: float = 60) -> tuple[int, Report, str]:
+    """`harness watch ARGS` with a fresh report root: (exit code, the report, output.log)."""
     root = tmp_path / f"r{len(list(tmp_path.glob('r*')))}"
     res = harness("watch", "--quiet", *args, report_root=root, timeout=timeout)
     assert res.report_dir is not None, res.stderr
-    return res.code, res.report, (res.folder / "output.log").read_text()
+    return res.code, res.loaded, (res.folder / "output.log").read_text()
 
 
-def _notes(report: dict[str, object]) -> list[str]:
-    notes = report["notes"]
-    assert isinstance(notes, list)
-    return [n for n in notes if isinstance(n, str) and n.startswith("host: ")]
+def _notes(report: Report) -> list[str]:
+    return [n for n in report.notes if n.startswith("host: ")]
 
 
 # ---------------------------------------------------------------- --cpus
@@ -78,10 +77,10 @@ def test_cpus_1_pins_the_trainer_its_threads_and_its_children(tmp_path: Path) ->
     assert code == PASS, out
     first = str(allowed_cpus()[0])
     assert _affinities(out) == {"main": first, "thread": first, "child": first}, out
-    host = report["host"]
-    assert isinstance(host, dict) and host["trainer_affinity"] == [int(first)], host
+    host = report.host
+    assert host is not None and host.trainer_affinity == [int(first)], host
     assert any("sched_setaffinity" in n for n in _notes(report)), _notes(report)
-    assert report["conditions"] == {**HostConditions(cpus=(int(first),)).to_json()}
+    assert report.conditions == HostConditions(cpus=(int(first),))
 
 
 def test_a_cpu_list_pins_those_cpus_and_no_option_leaves_them_all(tmp_path: Path) -> None:
@@ -286,7 +285,7 @@ def test_cpu_quota_is_applied_or_refused_as_the_probe_says(tmp_path: Path) -> No
     out = (res.folder / "output.log").read_text()
     share = float(out.split("share")[1].split()[0])
     assert 0.2 < share <= 0.6, out
-    notes = _notes(res.report)
+    notes = _notes(res.loaded)
     assert any(n.startswith("host: cpu quota 0.5 CPU (") for n in notes), notes
     leaves = [p for p in conditions.cgroup_v2().path.glob(f"{conditions.LEAF_PREFIX}*")]
     assert all(not p.name.startswith(f"{conditions.LEAF_PREFIX}{os.getpid()}-") for p in leaves)

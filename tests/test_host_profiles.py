@@ -151,9 +151,10 @@ def test_host_applies_its_values_and_a_flag_overrides_one(tmp_path: Path) -> Non
     assert res.code == PASS, res.stderr
     first = allowed_cpus()[0]
     assert (res.folder / "output.log").read_text().split("\n")[0] == f"[{first}] 1"
-    conditions = res.report["conditions"]
-    assert conditions["profile"] == "container-1cpu" and conditions["cpus"] == [first]
-    assert conditions["env"] == {"OMP_NUM_THREADS": "1"}
+    conditions = res.loaded.conditions
+    assert conditions is not None, res.loaded
+    assert conditions.profile == "container-1cpu" and conditions.cpus == (first,)
+    assert conditions.env == {"OMP_NUM_THREADS": "1"}
     # the flag wins over the profile's cpus; the profile's env stays; the trainer's --env wins
     everything = list(allowed_cpus())
     res = harness(
@@ -162,7 +163,8 @@ def test_host_applies_its_values_and_a_flag_overrides_one(tmp_path: Path) -> Non
     )  # fmt: skip
     assert res.code == PASS, res.stderr
     assert (res.folder / "output.log").read_text().split("\n")[0] == f"{everything} 3"
-    assert res.report["conditions"]["cpus"] == everything
+    again = res.loaded.conditions
+    assert again is not None and again.cpus == tuple(everything)
 
 
 # ---------------------------------------------------------------- docs against the schema

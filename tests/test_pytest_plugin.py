@@ -218,7 +218,7 @@ def test_gil_held_hang_starts_pytest_again_through_gdb(tmp_path: Path) -> None:
     hang = channel.read_verdict(s.reports, gil, since=0)
     assert hang is not None and hang.answer == channel.EXEC_TRACED, hang
     assert hang.cause_id == "lock-cycle"
-    assert json.loads((Path(hang.report) / "report.json").read_text())["mode"] == "pytest"
+    assert load_report(Path(hang.report)).mode is RunMode.PYTEST
     assert "(the GIL held: through gdb)" in s.out, s.out
     outcome, message = s.junit[gil]
     assert outcome == "failed" and "top cause: lock-cycle" in message, message
