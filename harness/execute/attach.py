@@ -30,6 +30,7 @@ from harness.sampling import procfs
 from harness.sampling.model import SampleSet
 from harness.sampling.sample import sample_tree
 from harness.sampling.tools import NONE
+from harness.vocab import Trigger
 from harness.watch.watchdog import CLOSED_CONFIRM_S
 from harness.watch.watchloop import WATCH_INTERVAL_S, WatchLoop
 
@@ -221,21 +222,21 @@ class Observer:
     def close(self) -> None:
         self.loop.close()
 
-    def wait_quiescent(self, duration_s: float) -> str:
+    def wait_quiescent(self, duration_s: float) -> Trigger:
         """Look until the tree is quiescent, the root exits or `duration_s` passes; which
-        of "quiescent", "closed", "exit", "duration" happened."""
+        happened: QUIESCENT, CLOSED, EXIT or DURATION."""
         end = self.started + duration_s
         while True:
             now = time.monotonic()
             if self.gone:
-                return "exit"
+                return Trigger.EXIT
             self.look(now)
             if self.quiescent(now):
-                return "quiescent"
+                return Trigger.QUIESCENT
             if self.closed(now):
-                return "closed"
+                return Trigger.CLOSED
             if now >= end:
-                return "duration"
+                return Trigger.DURATION
             time.sleep(min(POLL_S, WATCH_INTERVAL_S, max(0.0, end - now)))
 
 

@@ -195,7 +195,7 @@ def _watch(opts: AttachOptions, report: Report) -> list[psutil.Process]:
     try:
         while True:
             what = obs.wait_quiescent(opts.duration_s)
-            if what == Trigger.EXIT:
+            if what is Trigger.EXIT:
                 report.trigger = Trigger.EXIT
                 report.exit = ExitInfo(reason="exited while watched", pid=opts.pid)
                 report.verdict = classify.Verdict(
@@ -204,12 +204,12 @@ def _watch(opts: AttachOptions, report: Report) -> list[psutil.Process]:
                     evidence=[f"pid {opts.pid} vanished after {obs.loop.snapshots} looks"],
                 )
                 break
-            if what == Trigger.QUIESCENT:
+            if what is Trigger.QUIESCENT:
                 reason = f"every thread blocked on the tree for {opts.quiescent_s:g}s"
                 if diagnose_tree(report, obs, Trigger.QUIESCENT, reason, opts.sampling, refusal):
                     break
                 continue  # it moved after all: watch on, within the duration
-            if what == Trigger.CLOSED:
+            if what is Trigger.CLOSED:
                 members = closed_words(obs.loop.closed_members)
                 reason = f"{members}: nothing outside the set could wake it (a closed set)"
                 if diagnose_tree(report, obs, Trigger.CLOSED, reason, opts.sampling, refusal):
