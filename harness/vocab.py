@@ -186,6 +186,21 @@ class WakeEnd(StrEnum):
     UNKNOWN = "unknown"  # what it waits on cannot be read
 
 
+class FutexKind(StrEnum):
+    """What a futex wait is, read from the futex word and the mutex around it
+    (sampling/locks.py, `FutexWait.what`)."""
+
+    MUTEX = "mutex"  # a normal (recursive, errorcheck, adaptive) pthread mutex
+    ROBUST_MUTEX = "robust mutex"
+    PI_MUTEX = "pi mutex"  # priority inheritance
+    NOT_A_MUTEX = "not a mutex"  # a condition variable, a barrier, a semaphore …
+    UNKNOWN = "unknown"  # a candidate whose owner or kind could not be confirmed
+
+    @property
+    def is_mutex(self) -> bool:
+        return self in (FutexKind.MUTEX, FutexKind.ROBUST_MUTEX, FutexKind.PI_MUTEX)
+
+
 class WaitsFor(StrEnum):
     """What a thread that only waits waits for, by the call it waits in
     (sampling/waits.py, `WAIT_CALLS`)."""

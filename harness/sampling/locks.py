@@ -65,6 +65,7 @@ from harness.sampling.waits import (
     FutexWait,
     futex_cmd,
 )
+from harness.vocab import FutexKind
 
 FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98}
 OWNER_OFFSET = 8  # int __owner, after int __lock and unsigned __count
@@ -78,9 +79,8 @@ _KIND_ROBUST, _KIND_PI, _KIND_PP, _KIND_PSHARED = 16, 32, 64, 128
 _KIND_ELISION_BITS = 256 | 512
 _KIND_KNOWN = 3 | _KIND_ROBUST | _KIND_PI | _KIND_PP | _KIND_PSHARED | _KIND_ELISION_BITS
 
-MUTEX, ROBUST_MUTEX, PI_MUTEX = "mutex", "robust mutex", "pi mutex"
-NOT_A_MUTEX, UNKNOWN = "not a mutex", "unknown"
-MUTEX_KINDS = (MUTEX, ROBUST_MUTEX, PI_MUTEX)
+MUTEX, ROBUST_MUTEX, PI_MUTEX = FutexKind.MUTEX, FutexKind.ROBUST_MUTEX, FutexKind.PI_MUTEX
+NOT_A_MUTEX, UNKNOWN = FutexKind.NOT_A_MUTEX, FutexKind.UNKNOWN
 
 
 class CycleStep(NamedTuple):
@@ -175,7 +175,7 @@ def _classify(
     value &= 0xFFFFFFFF
     cmd = futex_cmd(op)
 
-    def wait(what: str, owner: int | None, how: str) -> FutexWait:
+    def wait(what: FutexKind, owner: int | None, how: str) -> FutexWait:
         return FutexWait(pid, th.tid, th.name, addr, op, value, timeout != 0, what, owner, how)
 
     pi = cmd in (FUTEX_LOCK_PI, FUTEX_LOCK_PI2)
@@ -278,7 +278,7 @@ def process_waits(
     ]
     waits = _mark_pi_parked(pid, waits)
     if python:
-        waits = [w if w.what in MUTEX_KINDS else _python_note(w, stacks) for w in waits]
+        waits = [w if w.what.is_mutex else _python_note(w, stacks) for w in waits]
     return waits
 
 
@@ -295,10 +295,10 @@ _PARKED = (
 
 
 def _mark_pi_parked(pid: int, waits: list[FutexWait]) -> list[FutexWait]:
-    pi_owners = {w.owner for w in waits if w.what == PI_MUTEX and w.owner is not None}
+    pi_owners = {w.owner for w in waits if w.what is PI_MUTEX and w.owner is not None}
     out = []
     for w in waits:
-        if w.what == NOT_A_MUTEX and w.tid in pi_owners and w.value == 0 and not w.timed:
+        if w.what is NOT_A_MUTEX and w.tid in pi_owners and w.value == 0 and not w.timed:
             fields = (procfs.read_proc(f"/proc/{pid}/task/{w.tid}/syscall") or "").split()
             sp = int(fields[7], 16) if len(fields) > 7 and fields[0] != "running" else None
             if sp is not None and 0 <= w.futex - sp < _PARK_REACH:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from harness.vocab import WaitKind, WaitsFor, WaitVia
+from harness.vocab import FutexKind, WaitKind, WaitsFor, WaitVia
 
 # ---------------------------------------------------------------- futex(2)
 
@@ -67,7 +67,7 @@ class FutexWait:
     op: int  # the raw futex op (FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME included)
     value: int  # the value the thread expects in the word (arg2)
     timed: bool  # the wait has a timeout: it ends on its own
-    what: str  # "mutex" | "robust mutex" | "pi mutex" | "not a mutex" | "unknown"
+    what: FutexKind
     owner: int | None  # TID of the thread holding the mutex, when known
     how: str  # how the owner is known, or why not
     # parked for good by glibc after FUTEX_LOCK_PI failed with EDEADLK (the kernel found a

@@ -210,7 +210,7 @@ def futex_facts(facts: TreeFacts, snap: Snapshot, futex_nr: int | None) -> None:
             if w.timed:
                 continue
             key = (proc.pid, w.tid)
-            if w.what in locks.MUTEX_KINDS and w.owner is not None and w.owner in tid_pid:
+            if w.what.is_mutex and w.owner is not None and w.owner in tid_pid:
                 facts.owners[key] = (tid_pid[w.owner], w.owner)
         for th in waiting:
             addr, op = th.syscall_args[0], th.syscall_args[1]
