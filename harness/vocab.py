@@ -234,6 +234,21 @@ class BisectClass(StrEnum):
     SKIP = "skip"
 
 
+class Phase(StrEnum):
+    """Where a command is, for its live progress line (report/live.py): the stages before
+    the run, the run and its sampling, what follows; a triage shows its step instead."""
+
+    START = "start"
+    VERIFY = "verify"  # the pin's source verified
+    PREPARE = "prepare"  # the variant's source made
+    BUILD = "build"
+    RUN = "run"  # the trainer runs, under the watchdog
+    SAMPLING = "sampling"  # a trigger fired: its threads' stacks are read
+    CHECKS = "checks"  # the scenario's checks
+    RUNS = "runs"  # repeated runs, one line each
+    ATTACH = "attach"  # `harness attach`: watching a tree it did not start
+
+
 class TriageStep(StrEnum):
     """A triage's steps, in the order of the story (run order may differ: docs/triage.md)."""
 

@@ -19,13 +19,14 @@ from harness.outcome import Kind
 from harness.pipeline.repeat import Target, progress_done
 from harness.report.live import LiveProgress, Status, render
 from harness.report.runs import RunRow
+from harness.vocab import Phase, Trigger
 from tests.harness_cli import ROOT, harness
 
 TICKER = "import time\nfor i in range({n}):\n    print('step', i, flush=True)\n    time.sleep(1)\n"
 
 
 def test_render_names_the_window_and_the_progress() -> None:
-    s = Status("run", 12.4, "startup", 2.6, {"epoch": 3, "agent_steps": 786432}, 104.0)
+    s = Status(Phase.RUN, 12.4, Trigger.STARTUP, 2.6, {"epoch": 3, "agent_steps": 786432}, 104.0)
     line = render("harness run breakout", s)
     assert line == (
         "harness run breakout: run | 12s | startup window: 3s left | epoch 3, "
@@ -37,10 +38,10 @@ def test_plain_lines_are_rate_limited_but_phases_always_print(tmp_path: Path) ->
     out = tmp_path / "progress.txt"
     with out.open("w") as stream:
         p = LiveProgress("harness run x", stream=stream, every_s=3600, terminal=False)
-        p.phase("build")  # a setup phase prints only once it lasts (a failed setup: silent)
+        p.phase(Phase.BUILD)  # a setup phase prints only once it lasts (a failed setup: silent)
         for i in range(50):
-            p.update(i, "startup", 10 - i, {}, None)
-        p.phase("checks")
+            p.update(i, Trigger.STARTUP, 10 - i, {}, None)
+        p.phase(Phase.CHECKS)
         p.close()
     lines = out.read_text().splitlines()
     assert [ln.split(": ", 1)[1].split(" |")[0] for ln in lines] == ["run", "checks"]
@@ -50,7 +51,7 @@ def test_a_long_setup_phase_still_prints(tmp_path: Path) -> None:
     out = tmp_path / "progress.txt"
     with out.open("w") as stream:
         p = LiveProgress("harness run x", stream=stream, every_s=0.5, terminal=False)
-        p.phase("build")
+        p.phase(Phase.BUILD)
         time.sleep(1.8)
         p.close()
     lines = out.read_text().splitlines()

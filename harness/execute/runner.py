@@ -27,6 +27,7 @@ from harness.files import write_failure
 from harness.process import proctree, reaper
 from harness.sampling.model import SampleSet, Snapshot
 from harness.sampling.sample import sample_tree
+from harness.vocab import Phase
 from harness.watch import attrigger
 from harness.watch.closedwatch import closed_words
 from harness.watch.watchdog import Limits, Pause, Trigger, Watchdog, pause_threshold
@@ -211,12 +212,12 @@ class Tick:
     """How a run is going, for live progress (about twice a second)."""
 
     elapsed_s: float
-    window: str  # the watchdog window counting now: "startup" | "stall"
+    window: Trigger  # the watchdog window counting now: STARTUP or STALL
     remaining_s: float  # seconds left in it
     frames: int  # dashboard frames (or output lines, for the lines parser) so far
     metrics: dict[str, float]  # the newest frame's values
     cpu_percent: float | None  # the tree's CPU use over the last second (100 = one core)
-    phase: str = "run"  # "run" | "sampling"
+    phase: Phase = Phase.RUN  # RUN or SAMPLING
 
 
 TICK_S = 0.5
@@ -339,7 +340,7 @@ def _watched(
                         dog.progress_events,
                         dict(pump.frames[-1].metrics) if pump.frames else {},
                         _tree_cpu(watch),
-                        "sampling" if fired is not None else "run",
+                        Phase.SAMPLING if fired is not None else Phase.RUN,
                     )
                 )
             if fired is not None:

@@ -38,7 +38,7 @@ from harness.pipeline.run import finishing
 from harness.report import store
 from harness.report.live import LiveProgress
 from harness.report.model import Cleanup, CommandInfo, ExitInfo, Report
-from harness.vocab import Need, RunMode, RunStatus, Stage, Trigger
+from harness.vocab import Need, Phase, RunMode, RunStatus, Stage, Trigger
 from harness.watch.closedwatch import closed_words
 from harness.watch.watchdog import DEFAULT_QUIESCENT_S, Limits
 
@@ -170,7 +170,7 @@ def attach_command(opts: AttachOptions) -> tuple[Report, int]:
     try:
         with finishing(report):
             store.save(report, Stage.RUN)
-            opts.progress.phase("attach", f"pid {opts.pid}")
+            opts.progress.phase(Phase.ATTACH, f"pid {opts.pid}")
             seen = _watch(opts, report)
             if opts.kill:
                 killed = kill_tree(opts.pid, seen)

@@ -30,7 +30,7 @@ from harness.report.live import LiveProgress
 from harness.report.matrix import write_matrix
 from harness.report.repeat import RUN_AXIS, combine, repeat_matrix
 from harness.report.runs import RunRow
-from harness.vocab import AUTO
+from harness.vocab import AUTO, Phase
 
 DEFAULT_CAP = 20  # --repeat auto: the most runs per cell unless --repeat-cap says otherwise
 AUTO_FIRST = 4  # --repeat auto: the first round per cell (n/n against 0/n separates at 4)
@@ -117,7 +117,7 @@ def progress_done(progress: LiveProgress, total: int | None = None) -> Done:
             where = f" in {row.location}" if row.location else ""
             shown = ", ".join(f"{k}={v}" for k, v in row.values.items())
             of = f"/{total}" if total else ""
-            progress.phase("runs", f"{count}{of} ({shown}) → {row.kind}{where}")
+            progress.phase(Phase.RUNS, f"{count}{of} ({shown}) → {row.kind}{where}")
 
     return done
 

@@ -51,7 +51,7 @@ from harness.report.model import (
     VariantInfo,
     plain,
 )
-from harness.vocab import RunMode, RunStatus, Stage
+from harness.vocab import Phase, RunMode, RunStatus, Stage
 from harness.watch.watchdog import Limits
 
 
@@ -272,7 +272,7 @@ def _run_env_stages(
         sampling = opts.sampling
         if not sampling.own_roots:
             sampling = runner.SampleOptions(**{**vars(sampling), "own_roots": (str(built.tree),)})
-        opts.progress.phase("run")
+        opts.progress.phase(Phase.RUN)
         outcome = runner.run_watched(
             spec,
             limits_for(opts, settings),
@@ -295,7 +295,7 @@ def _run_env_stages(
         # a hang, crash or error exit is the finding; its checks would only repeat it
         report.notes.append(f"checks not evaluated: the run ended in {verdict.kind}")
     elif interrupted is None:
-        opts.progress.phase("checks")
+        opts.progress.phase(Phase.CHECKS)
         # read from the report's own copies (evidence/): `harness check` on this report,
         # here or on another machine, reads the same files and gets the same results
         report.checks, config_source = checksmod.run_checks(
@@ -364,7 +364,7 @@ def watch_command(opts: WatchOptions) -> tuple[Report, int]:
             if opts.hazards:
                 hazard_stage.prepare(report, spec_env, list(opts.argv), opts.cwd)
             store.save(report, Stage.RUN)
-            opts.progress.phase("run")
+            opts.progress.phase(Phase.RUN)
             outcome = runner.run_watched(
                 spec,
                 limits,

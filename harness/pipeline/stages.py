@@ -21,7 +21,7 @@ from harness.report.live import LiveProgress
 from harness.report.model import Report
 from harness.source import source_for, verify_source
 from harness.source.verify import Verification
-from harness.vocab import SourceStatus, Stage
+from harness.vocab import Phase, SourceStatus, Stage
 from harness.watch.watchdog import DEFAULT_QUIESCENT_S, Limits
 
 
@@ -73,7 +73,7 @@ def verify_prepare_build(
     the tree is that commit's, identified by its hash: the pin's file hashes describe one
     commit only and are not checked."""
     progress = progress or LiveProgress.off()
-    progress.phase("verify")
+    progress.phase(Phase.VERIFY)
     if commit is not None:
         from harness.source.git import locate_checkout
 
@@ -94,14 +94,14 @@ def verify_prepare_build(
         )
     if report is not None:
         store.save(report, Stage.PREPARE)
-    progress.phase("prepare", variant)
+    progress.phase(Phase.PREPARE, variant)
     prepared, applied = prepare_tree(pin, root, variant, commit)
     if report is not None:
         if report.variant is not None:
             report.variant.steps = list(applied.steps)
             report.variant.changes = list(applied.changes)
         store.save(report, Stage.BUILD)
-    progress.phase("build", f"{pin.name} {env}")
+    progress.phase(Phase.BUILD, f"{pin.name} {env}")
     result = buildmod.build(prepared, pin, env, applied.build_env)
     return Built(verification, applied, result)
 

@@ -23,10 +23,11 @@ from rich.live import Live
 from rich.text import Text
 
 from harness.text import terminal_safe
+from harness.vocab import Phase, TriageStep, Trigger
 
 # without a terminal these print only once they last (the heartbeat): a command that fails
 # its setup ends with its one-line error alone, and a long build still shows it is alive
-SETUP_PHASES = ("start", "verify", "prepare", "build")
+SETUP_PHASES = (Phase.START, Phase.VERIFY, Phase.PREPARE, Phase.BUILD)
 PROGRESS_KEYS = ("epoch", "agent_steps", "SPS")
 
 
@@ -34,9 +35,9 @@ PROGRESS_KEYS = ("epoch", "agent_steps", "SPS")
 class Status:
     """What the line shows; the runner's Tick fills the run part."""
 
-    phase: str = "start"
+    phase: Phase | TriageStep = Phase.START
     elapsed_s: float = 0.0
-    window: str = ""
+    window: Trigger | None = None
     remaining_s: float | None = None
     metrics: dict[str, float] | None = None
     cpu_percent: float | None = None
@@ -53,16 +54,16 @@ def _count(x: float) -> str:
 
 def render(label: str, s: Status) -> str:
     parts = [f"{label}: {s.phase}"]
-    if s.phase in ("run", "sampling"):
+    if s.phase in (Phase.RUN, Phase.SAMPLING):
         parts.append(f"{s.elapsed_s:.0f}s")
-        if s.window and s.remaining_s is not None and s.phase == "run":
+        if s.window and s.remaining_s is not None and s.phase is Phase.RUN:
             parts.append(f"{s.window} window: {max(0.0, s.remaining_s):.0f}s left")
         shown = [
             f"{k} {_count(s.metrics[k])}" for k in PROGRESS_KEYS if s.metrics and k in s.metrics
         ]
         if shown:
             parts.append(", ".join(shown))
-        elif s.phase == "run":
+        elif s.phase is Phase.RUN:
             parts.append("no progress yet")
         if s.cpu_percent is not None:
             parts.append(f"tree CPU {s.cpu_percent:.0f}%")
@@ -145,7 +146,7 @@ class LiveProgress:
         long build, a silent trainer), so that CI's no-output timeout never fires first."""
         while not self._stop.wait(min(1.0, self.every_s)):
             if time.monotonic() - self._last_line >= self.every_s:
-                if self.status.phase in ("run", "sampling"):
+                if self.status.phase in (Phase.RUN, Phase.SAMPLING):
                     self.status.elapsed_s += time.monotonic() - self._last_line
                 self._emit(force=True, beat=True)
 
@@ -154,7 +155,7 @@ class LiveProgress:
             self._heartbeat = threading.Thread(target=self._beat, daemon=True, name="progress")
             self._heartbeat.start()
 
-    def phase(self, name: str, detail: str = "") -> None:
+    def phase(self, name: Phase | TriageStep, detail: str = "") -> None:
         self.status.phase, self.status.detail = name, detail
         self.status.elapsed_s = time.monotonic() - self._started
         self._ensure_heartbeat()
@@ -163,11 +164,11 @@ class LiveProgress:
     def update(
         self,
         elapsed_s: float,
-        window: str,
+        window: Trigger,
         remaining_s: float,
         metrics: dict[str, float],
         cpu_percent: float | None,
-        phase: str = "run",
+        phase: Phase = Phase.RUN,
     ) -> None:
         changed = phase != self.status.phase
         self.status = Status(phase, elapsed_s, window, remaining_s, metrics, cpu_percent)

@@ -37,7 +37,7 @@ def knobs(ctx: Context) -> Step:
     lines: list[str] = []
     for i, knob in enumerate(ctx.knobs):
         out = out_all / f"{i:02d}"
-        ctx.progress.phase("knobs", f"{knob.label} = {','.join(knob.values)}")
+        ctx.progress.phase(TriageStep.KNOBS, f"{knob.label} = {','.join(knob.values)}")
         swept = run_sweep(ctx.base(), [knob], out, Repeat(budget.FIRST_ROUND, jobs=ctx.opts.jobs))
         step.builds_made += builds_made(swept.builds)
         step.runs_made += sum(r.runs for r in swept.rows if r.kind is not Kind.ERROR or r.counts)

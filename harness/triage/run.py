@@ -211,7 +211,7 @@ def _one_step(ctx: steps.Context, name: TriageStep) -> None:
         return
     estimate = _estimate(ctx, name)
     left = ctx.left()
-    ctx.progress.phase(str(name), f"{budget.shown(estimate)}, {max(0.0, left):.0f} s left")
+    ctx.progress.phase(name, f"{budget.shown(estimate)}, {max(0.0, left):.0f} s left")
     too_big = budget.skip_reason(estimate, left)
     # Reproduce: always a first round; History of a path source: says why it does not apply
     exempt = name is TriageStep.REPRODUCE or (

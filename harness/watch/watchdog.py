@@ -232,12 +232,12 @@ class Watchdog:
             "longest gap between progress events, whichever is larger)"
         )
 
-    def countdown(self, now: float) -> tuple[str, float]:
+    def countdown(self, now: float) -> tuple[Trigger, float]:
         """The window counting now and the seconds left in it (for live progress): the
         startup window until the first progress, then the stall window."""
         if self.last_progress_at is None:
-            return "startup", self.limits.startup_s - self.watched(self.started_at, now)
-        return "stall", self.limits.stall_s - self.watched(self.last_progress_at, now)
+            return Trigger.STARTUP, self.limits.startup_s - self.watched(self.started_at, now)
+        return Trigger.STALL, self.limits.stall_s - self.watched(self.last_progress_at, now)
 
     def _unseen_words(self, since: float, now: float) -> str:
         unseen = (now - since) - self.watched(since, now)
