@@ -249,6 +249,13 @@ class Phase(StrEnum):
     ATTACH = "attach"  # `harness attach`: watching a tree it did not start
 
 
+class DiffSide(StrEnum):
+    """What one side of `harness diff` is (its JSON's `a.what`, `b.what`)."""
+
+    REPORT = "report"  # one run's report folder
+    REPEAT = "repeat"  # the aggregate of repeated runs (repeat.json)
+
+
 class TriageStep(StrEnum):
     """A triage's steps, in the order of the story (run order may differ: docs/triage.md)."""
 

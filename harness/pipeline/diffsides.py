@@ -26,7 +26,7 @@ from harness.report.reading import REPORT_JSON_LIMIT, read_json
 from harness.report.repeat import NOT_RAN
 from harness.report.signature import FailureSignature
 from harness.stats import Rate
-from harness.vocab import Mechanism, TableKind
+from harness.vocab import DiffSide, Mechanism, TableKind
 
 MAX_GROUPS = 1000  # failure groups read from an aggregate
 Bad = Callable[[str], HarnessError]
@@ -38,7 +38,7 @@ class Side:
     aggregate whose first run's report is not in its folder), and its runs by kind."""
 
     path: Path
-    what: str  # "report" | "repeat"
+    what: DiffSide
     report: Report | None
     counts: dict[Kind, int]
     signatures: list[FailureSignature]  # failures by signature, the most frequent first
@@ -108,9 +108,9 @@ def _report_side(path: Path) -> Side:
     sig = FailureSignature.of_report(report)
     if report.verdict is None:  # an abandoned or failed run: its status stands for its verdict
         note = f"no verdict: the run is {report.status} at stage {report.stage}"
-        return Side(path, "report", report, {sig.kind: 1}, [], sig, [note])
+        return Side(path, DiffSide.REPORT, report, {sig.kind: 1}, [], sig, [note])
     failed = [sig] if outcome.reproduces(sig.kind) else []
-    return Side(path, "report", report, {sig.kind: 1}, failed, sig)
+    return Side(path, DiffSide.REPORT, report, {sig.kind: 1}, failed, sig)
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def _aggregate_side(folder: Path, name: str) -> Side:
     signatures = [FailureSignature(g.kind, g.mechanism, g.location, g.cause) for g in groups]
     first = agg.rows[0].report_dir if agg.rows else None
     report, notes = _first_run(folder, first, agg.directory)
-    return Side(where, "repeat", report, dict(agg.counts), signatures, None, notes)
+    return Side(where, DiffSide.REPEAT, report, dict(agg.counts), signatures, None, notes)
 
 
 def _bad(where: Path) -> Bad:
