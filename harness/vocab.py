@@ -226,6 +226,14 @@ class WaitVia(StrEnum):
     OTHER = "other"  # a sleep, a signal, anything not named above
 
 
+class HistoryEnd(StrEnum):
+    """How a triage's History step ended before a bisect could (its result's `status`,
+    beside a bisect's own `BisectStatus`)."""
+
+    NOT_REPRODUCED = "not-reproduced"  # the bad end passed here: nothing to search
+    NO_GOOD = "no-good"  # no passing commit found back from the bad end
+
+
 class BisectClass(StrEnum):
     """What one tested commit is, for `git bisect` (bisect/model.py)."""
 

@@ -22,7 +22,7 @@ from harness.report.live import LiveProgress
 from harness.triage.history import history_step
 from harness.triage.model import Step, TriageOptions, TriageResult
 from harness.triage.results import HistoryResult, ReproduceResult, SearchedCommit
-from harness.vocab import StepStatus, TriageStep
+from harness.vocab import BisectClass, StepStatus, TriageStep
 from tests.gitrepo import ROOT, SUBJECTS, History, make_history, plan_with, write_scenario
 
 # a build cache of the module's own (its histories build many commits; tests/conftest.py)
@@ -150,7 +150,9 @@ def test_budget_that_ends_the_search_back(
     assert step.headline == "no passing commit within 0 commits back; the budget ran out"
     assert isinstance(step.result, HistoryResult)
     assert step.result.status == "no-good" and step.result.good is None
-    assert step.result.searched == (SearchedCommit(hist.commits[-1], "bad", "bad end", 0),)
+    assert step.result.searched == (
+        SearchedCommit(hist.commits[-1], BisectClass.BAD, "bad end", 0),
+    )
     assert step.runs_made == 1 and step.builds_made == 0
 
 

@@ -38,7 +38,10 @@ from harness.triage.results import (
 from harness.triage.story import write_story
 from harness.triage.story_facts import Evidence
 from harness.vocab import (
+    BisectClass,
+    BisectStatus,
     BlameHow,
+    Confidence,
     Decision,
     DoctorStatus,
     KnobEffect,
@@ -138,12 +141,12 @@ def replica(root: Path) -> TriageResult:
                     CauseFact(
                         id="openmp-after-fork",
                         title="OpenMP used in a forked child",
-                        confidence="high",
+                        confidence=Confidence.HIGH,
                         sentence="libgomp's thread pool does not survive fork: the child "
                         "waits for workers that exist only in the parent",
                         remedies=("build without -fopenmp", "OMP_NUM_THREADS=1 in workers"),
                     ),
-                    CauseFact(id="lock-order", title="lock order", confidence="low"),
+                    CauseFact(id="lock-order", title="lock order", confidence=Confidence.LOW),
                 ),
                 waits=("main (pid 4242) waits in futex for gomp team thread 4243 (absent)",),
                 blame=None,
@@ -283,11 +286,11 @@ def git_history(root: Path) -> TriageResult:
         good="a1b2c3d4",
         good_how="found searching back 8 commits",
         searched=(
-            SearchedCommit(sha="c0ffee12", classification="bad"),
-            SearchedCommit(sha="a1b2c3d4", classification="good"),
+            SearchedCommit(sha="c0ffee12", classification=BisectClass.BAD),
+            SearchedCommit(sha="a1b2c3d4", classification=BisectClass.GOOD),
         ),
         bad="c0ffee12",
-        status="found",
+        status=BisectStatus.FOUND,
         first_bad=FirstBad(
             sha="107717e7",
             subject="compact everything",

@@ -67,7 +67,7 @@ def explain_report(folder: Path, pin: Pin, timeout_s: float) -> ExplainResult:
         raise HarnessError(f"{folder}: the report has no verdict to explain")
     causes = tuple(
         # a rule has no title of its own: its id names it
-        CauseFact(c.id, c.id, str(c.confidence), c.sentence, tuple(c.remedies), c.command)
+        CauseFact(c.id, c.id, c.confidence, c.sentence, tuple(c.remedies), c.command)
         for c in v.causes
     )
     top = v.causes[0].id if v.causes else None

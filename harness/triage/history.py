@@ -42,9 +42,15 @@ from harness.triage import history_sought as sought
 from harness.triage.history_hunt import Hunt, OutOfBudget, ReusingBisect
 from harness.triage.model import Step, TriageOptions, TriageResult
 from harness.triage.results import FirstBad, HistoryResult, ReproduceResult
-from harness.vocab import BisectClass, BisectRole, BisectStatus, SourceKind, StepStatus, TriageStep
-
-NOT_REPRODUCED, NO_GOOD = "not-reproduced", "no-good"  # the result's status besides bisect's
+from harness.vocab import (
+    BisectClass,
+    BisectRole,
+    BisectStatus,
+    HistoryEnd,
+    SourceKind,
+    StepStatus,
+    TriageStep,
+)
 
 
 def history_step(
@@ -128,7 +134,7 @@ def _hunt(step: Step, opts: TriageOptions, pin: Pin, hunt: Hunt, bad: CommitInfo
         step.status, step.reason = StepStatus.SKIPPED, "the budget ran out before the bad end ran"
         return
     if end.classification == BisectClass.GOOD:
-        _found(step, status=NOT_REPRODUCED)
+        _found(step, status=HistoryEnd.NOT_REPRODUCED)
         step.headline = (
             f"the bad end {bad.short} passed here ({len(end.runs)} runs): nothing to search"
         )
@@ -150,7 +156,7 @@ def _hunt(step: Step, opts: TriageOptions, pin: Pin, hunt: Hunt, bad: CommitInfo
             how = step.reason = "the budget ran out"
             step.status = StepStatus.SKIPPED
         if good is None:
-            _found(step, status=NO_GOOD)
+            _found(step, status=HistoryEnd.NO_GOOD)
             deepest = max((s.back or 0 for s in hunt.searched), default=0)
             step.headline = f"no passing commit within {deepest} commits back; {how}"
             return
@@ -213,7 +219,7 @@ def _bisect(step: Step, res: BisectResult, hunt: Hunt) -> None:
         raise
     else:
         finish(res, res.status)
-    _found(step, status=str(res.status))
+    _found(step, status=res.status)
     if res.confidence is not None and res.setup.opts.repeat != 1:
         _found(step, confidence=round(res.confidence, 6))
     if res.status is BisectStatus.FOUND and res.first_bad is not None:

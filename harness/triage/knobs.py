@@ -51,7 +51,7 @@ def knobs(ctx: Context) -> Step:
         found.append(
             KnobFact(
                 knob.label,
-                str(knob.kind),
+                knob.kind,
                 knob.name,
                 tuple(knob.values),
                 judged.effect,

@@ -17,7 +17,18 @@ from pydantic import Field
 from harness.outcome import Kind
 from harness.report.parsing import adapter, parse
 from harness.source.blame import HangBlame
-from harness.vocab import Decision, DoctorStatus, KnobEffect, Mechanism, TriageStep
+from harness.vocab import (
+    AxisKind,
+    BisectClass,
+    BisectStatus,
+    Confidence,
+    Decision,
+    DoctorStatus,
+    HistoryEnd,
+    KnobEffect,
+    Mechanism,
+    TriageStep,
+)
 
 # what a damaged triage.json must not get past (read back by pydantic on --resume)
 Count = Annotated[int, Field(ge=0)]
@@ -73,7 +84,7 @@ class ReproduceResult:
 class CauseFact:
     id: str = ""
     title: str = ""
-    confidence: str = ""
+    confidence: Confidence | None = None
     sentence: str = ""
     remedies: tuple[str, ...] = ()
     command: str = ""
@@ -109,7 +120,7 @@ class ExplainResult:
 @dataclass(frozen=True)
 class KnobFact:
     label: str = ""
-    kind: str = ""
+    kind: AxisKind | None = None
     name: str = ""
     values: tuple[str, ...] = ()
     effect: KnobEffect = KnobEffect.NOT_JUDGED
@@ -151,7 +162,7 @@ class FixesResult:
 @dataclass(frozen=True)
 class SearchedCommit:
     sha: str = ""
-    classification: str = ""
+    classification: BisectClass | None = None
     how: str = ""
     back: Count | None = None  # commits back from the bad end
 
@@ -174,7 +185,7 @@ class HistoryResult:
     good: str | None = None
     good_how: str = ""  # "given", "known_good ref …", "searched back N commits"
     searched: tuple[SearchedCommit, ...] = ()
-    status: str | None = None  # a bisect's status, or not-reproduced, no-good
+    status: BisectStatus | HistoryEnd | None = None
     first_bad: FirstBad | None = None
     possible: tuple[str, ...] = ()  # the candidates when it could not be narrowed to one
     folder: str | None = None  # the bisect
