@@ -161,14 +161,6 @@ class Watchdog:
         """A closed set of the wake graph has held since `since` (None: there is none)."""
         self.closed_since, self.closed_words = since, words
 
-    def _closed_for(self, now: float) -> float:
-        if self.closed_since is None:
-            return -1.0
-        since = self.closed_since
-        if self.resumed_at is not None:
-            since = max(since, self.resumed_at)
-        return now - since
-
     def progress(self, now: float) -> None:
         if self.first_progress_at is None:
             self.first_progress_at = now
@@ -187,9 +179,12 @@ class Watchdog:
             return Trigger.WALL
         if self.resumed_at is not None and now < self.resumed_at + SETTLE_S:
             return None
-        if self._quiet_for(now) >= self.limits.quiescent_s > 0:
+        if self._held_for(self.quiet_since, now) >= self.limits.quiescent_s > 0:
             return Trigger.QUIESCENT
-        if self.limits.quiescent_s > 0 and self._closed_for(now) >= CLOSED_CONFIRM_S:
+        if (
+            self.limits.quiescent_s > 0
+            and self._held_for(self.closed_since, now) >= CLOSED_CONFIRM_S
+        ):
             return Trigger.CLOSED
         if self.last_progress_at is None:
             started = self.watched(self.started_at, now)
@@ -198,11 +193,11 @@ class Watchdog:
             return Trigger.STALL
         return None
 
-    def _quiet_for(self, now: float) -> float:
-        """Quiescence is evidence from consecutive looks: none of it spans a pause."""
-        if self.quiet_since is None:
+    def _held_for(self, since: float | None, now: float) -> float:
+        """How long evidence from consecutive looks (quiescence, a closed set) has held at
+        `now`, -1 when it does not: none of it spans a pause."""
+        if since is None:
             return -1.0
-        since = self.quiet_since
         if self.resumed_at is not None:
             since = max(since, self.resumed_at)
         return now - since
@@ -259,15 +254,17 @@ class Watchdog:
                 f"after {self.progress_events} progress events"
             )
         if trigger is Trigger.QUIESCENT:
+            held = self._held_for(self.quiet_since, now)
             return (
-                f"every thread blocked on the tree for {self._quiet_for(now):.1f}s "
+                f"every thread blocked on the tree for {held:.1f}s "
                 f"(no CPU, no output; quiescence window {self.limits.quiescent_s:g}s)"
             )
         if trigger is Trigger.CLOSED:
+            held = self._held_for(self.closed_since, now)
             return (
                 f"{self.closed_words or 'a set of threads'}: "
                 "nothing outside the set could wake it, "
-                f"unchanged for {self._closed_for(now):.1f}s (a closed set of the wake graph; "
+                f"unchanged for {held:.1f}s (a closed set of the wake graph; "
                 f"confirmation {CLOSED_CONFIRM_S:g}s)"
             )
         if trigger is Trigger.WALL:
