@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from harness.analysis.views import processes, stacks_of, top
 from harness.sampling.model import Frame, ProcessSample, SampleSet, ThreadSample, ThreadStack
 from harness.sampling.waits import (
-    CHILD_WAIT,
     CHILD_WAITS,
     FUTEX_PRIVATE_FLAG,
     POOL_WAITS,
@@ -104,13 +103,7 @@ def child_waiters(s: SampleSet) -> dict[int, list[tuple[int, int]]]:
     do_wait whose first argument is the pid, or any child when it is not positive)."""
     out: dict[int, list[tuple[int, int]]] = {}
     for w in s.waits:
-        targets: list[int] = []
-        if w.on.startswith("child:") and w.on[6:].isdigit():
-            targets = [int(w.on[6:])]
-        elif m := CHILD_WAIT.match(w.what):
-            listed = m.group(1) or m.group(2) or ""
-            targets = [int(p) for p in re.findall(r"\d+", listed)]
-        for child in targets:
+        for child in w.children:
             out.setdefault(child, []).append((w.pid, w.tid))
     if s.waits:
         return out

@@ -64,7 +64,7 @@ def waiter(stack: ThreadStack | None, wait: ThreadWait | None) -> Waiter | None:
     """The thread only waits (for a child, a result, a thread): the call the program made
     is one of WAIT_CALLS, or it sits in `wait4`/`waitid` with nothing of its own below.
     `stack` is the thread's Python stack when it has one, else its native one."""
-    child = _waited_child(wait)
+    child = wait.child if wait is not None else None
     if stack is not None:
         frames = stack.frames
         own = _own_index(frames)
@@ -82,15 +82,6 @@ def waiter(stack: ThreadStack | None, wait: ThreadWait | None) -> Waiter | None:
     if wait is not None and (child is not None or CHILD_WAIT.match(wait.what)):
         return Waiter(wait.pid, wait.tid, WaitsFor.CHILD, "os.waitpid", child)
     return None
-
-
-def _waited_child(wait: ThreadWait | None) -> int | None:
-    if wait is None:
-        return None
-    if wait.on.startswith("child:") and wait.on[6:].isdigit():
-        return int(wait.on[6:])
-    m = CHILD_WAIT.match(wait.what)
-    return int(m[1]) if m and m[1] else None
 
 
 # ---------------------------------------------------------------- the chain

@@ -108,7 +108,6 @@ class HangWatch:
         self.session: pytest.Session | None = None
         self.previous: object | None = None
         self.watcher_fd = -1
-        self.watcher_pid = 0
         self.waited = False
         self.notes = Notes(config)
         # what a resume by exec starts again from: a hung test may have moved both
@@ -187,7 +186,6 @@ class HangWatch:
             self._warn(f"hang-watch: the watcher did not start ({why}); tests are not watched")
 
     def _ready(self, pid: int) -> None:
-        self.watcher_pid = pid
         allow_tracer(pid)
         with contextlib.suppress(OSError):
             self.watcher_fd = P.pidfd_open(pid)  # to end it safely, should it stall
@@ -373,7 +371,9 @@ class HangWatch:
             exited = P.poll()
             exited.register(self.watcher_fd, select.POLLIN)
             # killed in the last test but not dead yet: it dies as soon as it runs
-            wait_ms = DYING_WAIT_MS if kill_pending(self.watcher_pid) else 0
+            # (the watcher's fd is opened once the listener has its pid)
+            pid = self.listener.watcher_pid if self.listener is not None else 0
+            wait_ms = DYING_WAIT_MS if kill_pending(pid) else 0
             with contextlib.suppress(OSError):
                 if exited.poll(wait_ms):
                     self._off("the watcher ended or its socket was closed")

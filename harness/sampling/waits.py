@@ -151,6 +151,24 @@ class ThreadWait:
     # could ever have ended it, not even one that has exited since
     private: bool = False
 
+    @property
+    def child(self) -> int | None:
+        """The one child a wait4/waitid waits for: as `on` names it ("child:N"), else as
+        its words do; None for any child, or any other wait."""
+        if self.on.startswith("child:") and self.on[6:].isdigit():
+            return int(self.on[6:])
+        m = CHILD_WAIT.match(self.what)
+        return int(m[1]) if m and m[1] else None
+
+    @property
+    def children(self) -> list[int]:
+        """Every child it waits for: the one it names, else those "any child (…)" lists."""
+        one = self.child
+        if one is not None:
+            return [one]
+        m = CHILD_WAIT.match(self.what)
+        return [int(p) for p in re.findall(r"\d+", m[2])] if m and m[2] else []
+
 
 # ---------------------------------------------------------------- by the stack
 

@@ -261,11 +261,15 @@ def tree_waits(
     return out
 
 
+# the waits of a tree that is blocked on itself: nothing there runs the program's code
+BLOCKED_KINDS = (TREE, DONE, HOUSEKEEPING)
+
+
 def is_blocked(waits: Sequence[tuple[ThreadWait, Wait]]) -> bool:
     """Every live thread waits on the tree or is housekeeping, and at least one waits on the
     tree (a tree of housekeeping threads alone is idle, not deadlocked)."""
     kinds = [w.kind for _, w in waits]
-    return TREE in kinds and all(k in (TREE, DONE, HOUSEKEEPING) for k in kinds)
+    return TREE in kinds and all(k in BLOCKED_KINDS for k in kinds)
 
 
 def needs_facts(

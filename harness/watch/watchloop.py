@@ -29,11 +29,11 @@ from harness.sampling.model import (
     WatchInfo,
 )
 from harness.sampling.waits import ThreadWait
-from harness.vocab import WaitKind
 from harness.watch import wakegraph
 from harness.watch.closedwatch import ClosedWatch, by_key, settled
 from harness.watch.housekeeping import Look, between_wakeups, library_frames, stack_check
 from harness.watch.quiescence import (
+    BLOCKED_KINDS,
     HOUSEKEEPING,
     Calls,
     SyscallTable,
@@ -67,10 +67,6 @@ POINT_THREADS = 256
 OPEN_FILES = 512  # /proc files kept open (at most a quarter of the fd limit)
 ACTIVITY_WINDOW_S = 1.0  # the history a trigger's sample takes its CPU activity from
 CONFIRM_TRIES = 6  # a tracer that just detached may leave a thread runnable for a moment
-
-
-# the waits of a tree that is blocked on itself: nothing there runs the program's code
-_NOT_BUSY = (WaitKind.TREE, WaitKind.DONE, WaitKind.HOUSEKEEPING)
 
 
 class WatchLoop:
@@ -220,7 +216,7 @@ class WatchLoop:
                 time.sleep(0.05)
             snap, waits = self._fresh_look()
             if not is_blocked(waits):
-                busy = [tw for tw, w in waits if w.kind not in _NOT_BUSY]
+                busy = [tw for tw, w in waits if w.kind not in BLOCKED_KINDS]
                 why = f"tid {busy[0].tid}: {busy[0].what}" if busy else "no live thread"
                 continue
             hk = [(tw.pid, tw.tid) for tw, _ in waits if tw.kind == HOUSEKEEPING]
