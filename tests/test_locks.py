@@ -19,16 +19,12 @@ import pytest
 
 from harness.sampling import locks, procfs
 from harness.sampling.locks import (
-    MUTEX,
-    NOT_A_MUTEX,
-    PI_MUTEX,
-    ROBUST_MUTEX,
-    UNKNOWN,
     LockGraph,
     format_cycle,
     lock_graph,
 )
 from harness.sampling.waits import FutexWait
+from harness.vocab import FutexKind
 from tests import facts
 
 if TYPE_CHECKING:
@@ -114,18 +110,20 @@ def test_two_mutex_deadlock_is_one_cycle_of_both_threads(
     assert {step.name for step in cycle} == {"xfer_a_to_b", "xfer_b_to_a"}
     assert cycle[0].tid == min(a, b)
     wa, wb = wait_of(graph, a), wait_of(graph, b)
-    assert (wa.what, wa.owner, wb.what, wb.owner) == (MUTEX, b, MUTEX, a)
+    assert (wa.what, wa.owner, wb.what, wb.owner) == (FutexKind.MUTEX, b, FutexKind.MUTEX, a)
     assert wa.futex != wb.futex and not wa.timed
     assert {s.mutex for s in cycle} == {wa.futex, wb.futex}
     assert "__owner (offset 8)" in wa.how and wa.op_name == "FUTEX_WAIT_PRIVATE"
     main = wait_of(graph, p.pid)  # main joins the first transfer thread
-    assert (main.what, main.owner) == (NOT_A_MUTEX, None)
+    assert (main.what, main.owner) == (FutexKind.NOT_A_MUTEX, None)
     assert "pthread_join" in main.how and "xfer_a_to_b" in main.how
     assert format_cycle(cycle).count("→ mutex 0x") == 2
     json.dumps([w.__dict__ for w in graph.waits])
 
 
-@pytest.mark.parametrize(("kind", "what"), [("normal", MUTEX), ("robust", ROBUST_MUTEX)])
+@pytest.mark.parametrize(
+    ("kind", "what"), [("normal", FutexKind.MUTEX), ("robust", FutexKind.ROBUST_MUTEX)]
+)
 def test_three_thread_cycle(
     spawn: Spawn, c_program: Callable[[str], Path], kind: str, what: str
 ) -> None:
@@ -176,7 +174,9 @@ def test_three_thread_pi_cycle(spawn: Spawn, c_program: Callable[[str], Path]) -
     assert len(cycle) >= 2 and all(s.name in names for s in cycle)
     owned = [w for w in graph.waits if w.owner is not None]
     assert owned, graph.waits  # the waits that are not parked name their owner
-    assert all(w.what == PI_MUTEX and "the futex word" in w.how for w in owned), graph.waits
+    assert all(w.what == FutexKind.PI_MUTEX and "the futex word" in w.how for w in owned), (
+        graph.waits
+    )
 
 
 def test_tree_finds_the_cycle_in_a_child(
@@ -216,9 +216,9 @@ def test_condition_variable_and_barrier_waits_are_not_mutexes(
     tids = tids_by_name(p.pid)
     for name in names:
         w = wait_of(graph, tids[name])
-        assert (w.what, w.owner) == (NOT_A_MUTEX, None), w
+        assert (w.what, w.owner) == (FutexKind.NOT_A_MUTEX, None), w
         assert "not a mutex's lock word" in w.how
-    assert {w.what for w in graph.waits} == {NOT_A_MUTEX}
+    assert {w.what for w in graph.waits} == {FutexKind.NOT_A_MUTEX}
 
 
 def test_mutex_held_by_a_sleeping_thread_is_a_wait_without_cycle(
@@ -233,7 +233,7 @@ def test_mutex_held_by_a_sleeping_thread_is_a_wait_without_cycle(
     tids = tids_by_name(p.pid)
     assert graph.cycles == []
     w = wait_of(graph, tids["waiter"])
-    assert (w.what, w.owner) == (MUTEX, tids["holder"])
+    assert (w.what, w.owner) == (FutexKind.MUTEX, tids["holder"])
     assert tids["holder"] not in {x.tid for x in graph.waits}  # it sleeps, on no lock
 
 
@@ -254,7 +254,7 @@ def test_openmp_team_waiting_at_a_barrier_is_not_a_mutex(spawn: Spawn, tmp_path:
     assert graph.cycles == []
     members = [w for w in graph.waits if w.tid != p.pid]
     assert len(members) == 2
-    assert all(w.what == NOT_A_MUTEX and w.owner is None for w in members), members
+    assert all(w.what == FutexKind.NOT_A_MUTEX and w.owner is None for w in members), members
 
 
 def test_python_lock_deadlock_has_owner_unknown(
@@ -270,7 +270,7 @@ def test_python_lock_deadlock_has_owner_unknown(
     assert graph.cycles == []  # a real deadlock, but CPython's locks have no owner field
     assert len(graph.waits) == 3
     for w in graph.waits:
-        assert (w.what, w.owner) == (UNKNOWN, None), w
+        assert (w.what, w.owner) == (FutexKind.UNKNOWN, None), w
         assert "CPython locks have no owner field" in w.how
 
 
@@ -309,7 +309,7 @@ def test_without_ptrace_rights_the_owner_is_unknown_with_the_reason(
     os.waitpid(child, 0)
 
     (mine,) = [w for w in got["waits"] if w["tid"] == th.tid]
-    assert mine["what"] == UNKNOWN and mine["owner"] is None
+    assert mine["what"] == FutexKind.UNKNOWN and mine["owner"] is None
     assert "EPERM" in mine["how"] and "ptrace rights" in mine["how"], mine["how"]
     assert any("syscall of" in n and "unreadable" in n for n in got["notes"]), got["notes"]
 

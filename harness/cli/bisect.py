@@ -82,8 +82,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="find the first bad commit between --good and --bad",
         description="Search the first-parent history between --good and --bad for the first "
         "commit that shows the expected failure, building (cached) and running each tested "
-        "commit like `harness run`. Exits 0 when a first bad commit is named, 1 when not. "
-        "See docs/bisect.md.",
+        "commit like `harness run`. See docs/bisect.md.",
     )
     _add_common(p)
     p.add_argument("--good", required=True, help="a commit that passes")

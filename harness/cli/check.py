@@ -22,8 +22,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         epilog=outcome.exit_help("check"),
         help="re-run a scenario's checks on a saved report or log",
         description="Evaluate a scenario's checks on a saved report folder (or its "
-        "report.json, or a raw output log) exactly as a live run does. Exits 0 when every "
-        "check passes, 1 when one fails.",
+        "report.json, or a raw output log) exactly as a live run does.",
     )
     p.add_argument("target", type=Path, help="a report folder, its report.json, or an output log")
     p.add_argument("--scenario", help="scenario name or path (default: the report's env)")

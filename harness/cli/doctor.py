@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         epilog=outcome.exit_help("doctor"),
         help="probe this platform: tools, OpenMP (after fork), ptrace, NVML, CUDA",
         description="Probe what the harness and the trainer need from this host, each probe "
-        "with its own timeout. Exits 1 when a probe fails, else 0.",
+        "with its own timeout.",
     )
     options.add_json_option(p, "the probes as JSON")
     p.add_argument(

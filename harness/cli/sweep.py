@@ -25,9 +25,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "--env, --variants and --host values (--repeat N times each), each run a normal "
         "`harness run` with its own report, then print the matrix of verdicts and, on the "
         "cells' rates, which knobs change the outcome, which are ruled out and which are "
-        "unsettled. Exits 0 when "
-        "every cell ran, whatever it found; 1 when some cell could not run; 5 when the sweep "
-        "could not run.",
+        "unsettled.",
     )
     options.add_env_argument(p)
     options.add_knob_options(p)

@@ -46,9 +46,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "facts), try the pin's fixes, sweep the candidate knobs one at a time and, for git "
         "sources, find the first bad commit; most informative step first, each skipped with "
         "its reason when it does not fit the --budget. Writes triage.json (after every "
-        "step), triage.html and issue.md. Exits 0 reproduced and a fix confirmed, 1 "
-        "reproduced without a confirmed fix, 7 not reproduced, 5 bad input, 128+N "
-        "interrupted.",
+        "step), triage.html and issue.md.",
     )
     options.add_env_argument(p)
     options.add_scenario_options(p)

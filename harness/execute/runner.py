@@ -27,7 +27,7 @@ from harness.files import write_failure
 from harness.process import proctree, reaper
 from harness.sampling.model import SampleSet, Snapshot
 from harness.sampling.sample import sample_tree
-from harness.vocab import Phase
+from harness.vocab import AUTO, Phase
 from harness.watch import attrigger
 from harness.watch.closedwatch import closed_words
 from harness.watch.watchdog import Limits, Pause, Trigger, Watchdog, pause_threshold
@@ -61,8 +61,8 @@ class SampleOptions:
     snapshots: int = 3
     interval_s: float = 0.5
     stack_timeout_s: float = 10.0
-    native: str = "auto"
-    python: str = "auto"
+    native: str = AUTO
+    python: str = AUTO
     own_roots: tuple[str, ...] = ()
 
 

@@ -79,9 +79,6 @@ _KIND_ROBUST, _KIND_PI, _KIND_PP, _KIND_PSHARED = 16, 32, 64, 128
 _KIND_ELISION_BITS = 256 | 512
 _KIND_KNOWN = 3 | _KIND_ROBUST | _KIND_PI | _KIND_PP | _KIND_PSHARED | _KIND_ELISION_BITS
 
-MUTEX, ROBUST_MUTEX, PI_MUTEX = FutexKind.MUTEX, FutexKind.ROBUST_MUTEX, FutexKind.PI_MUTEX
-NOT_A_MUTEX, UNKNOWN = FutexKind.NOT_A_MUTEX, FutexKind.UNKNOWN
-
 
 class CycleStep(NamedTuple):
     """A thread of a wait-for cycle and the mutex it waits for (held by the next step)."""
@@ -183,11 +180,11 @@ def _classify(
     robust = robust and (value & FUTEX_TID_MASK) != 0
     normal = cmd in (FUTEX_WAIT, FUTEX_WAIT_BITSET) and value == 2
     if not (pi or robust or normal):
-        return wait(NOT_A_MUTEX, None, _not_a_mutex(cmd, value, names))
+        return wait(FutexKind.NOT_A_MUTEX, None, _not_a_mutex(cmd, value, names))
     try:
         raw = read_memory(pid, th.tid, addr, _MUTEX_BYTES)
     except MemoryUnreadable as exc:
-        return wait(UNKNOWN, None, str(exc))
+        return wait(FutexKind.UNKNOWN, None, str(exc))
     lock = struct.unpack_from("<I", raw, 0)[0]
     field_owner = struct.unpack_from("<i", raw, OWNER_OFFSET)[0]
     kind = struct.unpack_from("<i", raw, KIND_OFFSET)[0]
@@ -195,31 +192,37 @@ def _classify(
     pshared = plausible and bool(kind & _KIND_PSHARED)  # its owner may be in another process
     valid, where = (shared_owners, "the tree") if pshared else (owners, f"pid {pid}")
     if pi or robust:
-        label, need = (PI_MUTEX, _KIND_PI) if pi else (ROBUST_MUTEX, _KIND_ROBUST)
+        label, need = (
+            (FutexKind.PI_MUTEX, _KIND_PI) if pi else (FutexKind.ROBUST_MUTEX, _KIND_ROBUST)
+        )
         owner = lock & FUTEX_TID_MASK
         source = f"{FUTEX_WAITS.get(cmd, cmd)}: the futex word {lock:#x} holds the owner"
         if not plausible or not kind & need:
-            return wait(UNKNOWN, None, f"{source}, but __kind {kind:#x} is not a {label}")
+            return wait(FutexKind.UNKNOWN, None, f"{source}, but __kind {kind:#x} is not a {label}")
         if lock & FUTEX_OWNER_DIED:
             return wait(label, None, f"{source}: its owner died (FUTEX_OWNER_DIED)")
         if owner == 0:
-            return wait(UNKNOWN, None, f"{source}, but names no thread: being released?")
+            return wait(FutexKind.UNKNOWN, None, f"{source}, but names no thread: being released?")
         if owner not in valid:
-            return wait(UNKNOWN, None, f"{source}: {owner} is not a thread of {where}")
+            return wait(FutexKind.UNKNOWN, None, f"{source}: {owner} is not a thread of {where}")
         return wait(label, owner, source)
     if not plausible or kind & (_KIND_ROBUST | _KIND_PI | _KIND_PP):
-        return wait(UNKNOWN, None, f"futex value 2, but __kind {kind:#x}: not a normal mutex")
+        return wait(
+            FutexKind.UNKNOWN, None, f"futex value 2, but __kind {kind:#x}: not a normal mutex"
+        )
     if lock != 2:
-        return wait(UNKNOWN, None, f"__lock is {lock} now, not 2: being released, or not a mutex")
+        return wait(
+            FutexKind.UNKNOWN, None, f"__lock is {lock} now, not 2: being released, or not a mutex"
+        )
     kind_name = _KIND_TYPES[kind & 3]
     if field_owner in valid:
         how = f"__owner (offset {OWNER_OFFSET}) of a {kind_name} mutex; __lock 2"
-        return wait(MUTEX, field_owner, how)
+        return wait(FutexKind.MUTEX, field_owner, how)
     if field_owner == 0:
         how = "__lock 2 but __owner 0: just taken, or not a mutex"
-        return wait(UNKNOWN, None, how)
+        return wait(FutexKind.UNKNOWN, None, how)
     how = f"__owner {field_owner} is not a thread of {where}: not a mutex, or its owner exited"
-    return wait(UNKNOWN, None, how)
+    return wait(FutexKind.UNKNOWN, None, how)
 
 
 def _not_a_mutex(cmd: int, value: int, names: dict[int, str]) -> str:
@@ -243,7 +246,7 @@ def _python_note(wait: FutexWait, stacks: Sequence[ThreadStack]) -> FutexWait:
             at = f" ({top.file}:{top.line})" if top.file and top.line else ""
             how += f"; waits in {top.function}{at}"
             break
-    return dataclasses.replace(wait, what=UNKNOWN, owner=None, how=how)
+    return dataclasses.replace(wait, what=FutexKind.UNKNOWN, owner=None, how=how)
 
 
 def process_waits(
@@ -295,14 +298,14 @@ _PARKED = (
 
 
 def _mark_pi_parked(pid: int, waits: list[FutexWait]) -> list[FutexWait]:
-    pi_owners = {w.owner for w in waits if w.what is PI_MUTEX and w.owner is not None}
+    pi_owners = {w.owner for w in waits if w.what is FutexKind.PI_MUTEX and w.owner is not None}
     out = []
     for w in waits:
-        if w.what is NOT_A_MUTEX and w.tid in pi_owners and w.value == 0 and not w.timed:
+        if w.what is FutexKind.NOT_A_MUTEX and w.tid in pi_owners and w.value == 0 and not w.timed:
             fields = (procfs.read_proc(f"/proc/{pid}/task/{w.tid}/syscall") or "").split()
             sp = int(fields[7], 16) if len(fields) > 7 and fields[0] != "running" else None
             if sp is not None and 0 <= w.futex - sp < _PARK_REACH:
-                w = dataclasses.replace(w, what=PI_MUTEX, pi_parked=True, how=_PARKED)
+                w = dataclasses.replace(w, what=FutexKind.PI_MUTEX, pi_parked=True, how=_PARKED)
         out.append(w)
     return out
 
