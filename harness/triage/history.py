@@ -270,9 +270,9 @@ def _count(step: Step, hunt: Hunt, result: TriageResult) -> None:
     step.builds_made = sum(bool(r.build_key) and not r.cache_hit for r in runs)
     if isinstance(step.result, HistoryResult):  # the commits tested, as far as it got
         _found(step, searched=tuple(hunt.searched))
-    folder = step.found(HistoryResult).folder
+    found = step.found(HistoryResult)
     dirs = [os.path.relpath(r.report_dir, result.directory) for r in runs if r.report_dir]
-    step.runs = ([folder] if folder else []) + dirs
-    first_bad = step.found(HistoryResult).first_bad
+    step.runs = ([found.folder] if found.folder else []) + dirs
+    first_bad = found.first_bad
     if first_bad is not None:
         result.first_bad = first_bad.sha

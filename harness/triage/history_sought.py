@@ -34,7 +34,7 @@ def reproduce(result: TriageResult) -> ReproduceResult:
     """What the Reproduce step found, or nothing (an empty result) when it is not done."""
     rep = next((s for s in result.steps if s.name is TriageStep.REPRODUCE), None)
     done = rep is not None and rep.status is StepStatus.DONE
-    return result.found(ReproduceResult) if done else ReproduceResult()
+    return rep.found(ReproduceResult) if rep is not None and done else ReproduceResult()
 
 
 def expectation(found: ReproduceResult) -> tuple[str, str | None, Repeat]:

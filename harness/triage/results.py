@@ -15,7 +15,8 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from harness.outcome import Kind
-from harness.report.parsing import adapter, parse
+from harness.report.model import plain
+from harness.report.parsing import parse
 from harness.source.blame import HangBlame
 from harness.vocab import (
     AxisKind,
@@ -204,9 +205,7 @@ RESULTS: dict[TriageStep, type[Any]] = {
 
 def result_json(result: StepResult | None) -> dict[str, Any]:
     """A result as triage.json holds it (`{}` for a step that found nothing)."""
-    if result is None:
-        return {}
-    data: dict[str, Any] = adapter(type(result)).dump_python(result, mode="json")
+    data: dict[str, Any] = {} if result is None else plain(result)
     return data
 
 

@@ -285,8 +285,8 @@ def _conclude(ctx: steps.Context) -> None:
     history = result.step(TriageStep.HISTORY)
     result.reproduced = bool(result.found(ReproduceResult).first_failure)
     done_fixes, done_history = (s.status is StepStatus.DONE for s in (fixes, history))
-    result.fix_confirmed = result.found(FixesResult).fix_variant if done_fixes else None
-    first_bad = result.found(HistoryResult).first_bad if done_history else None
+    result.fix_confirmed = fixes.found(FixesResult).fix_variant if done_fixes else None
+    first_bad = history.found(HistoryResult).first_bad if done_history else None
     result.first_bad = first_bad.sha if first_bad is not None else None
     lines = []
     for s in result.steps:

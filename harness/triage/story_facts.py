@@ -2,9 +2,9 @@
 (story_html: triage.html; story_issue: issue.md).
 
 A step's result is its own dataclass (triage/results.py), every field optional: a value
-that is None or empty is said "not known", never guessed. The host fingerprint is still
-report.json's host object, read here defensively. `Evidence` says which files behind a
-claim exist: regular files inside the triage folder, as they are now."""
+that is None or empty is said "not known", never guessed; so is the host, the doctor's
+typed fingerprint. `Evidence` says which files behind a claim exist: regular files inside
+the triage folder, as they are now."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 
 from harness import outcome
 from harness.contain import is_inside
-from harness.doctor.fingerprint import HostFingerprint
+from harness.doctor.fingerprint import HostFingerprint, cpu_ranges
 from harness.filenames import (
     INDEX_HTML,
     REPEAT_JSON,
@@ -98,23 +98,6 @@ def cause_line(cause: CauseFact) -> str:
     return head or NOT_KNOWN
 
 
-def ranges(cpus: object) -> str | None:
-    """[0, 1, 2, 5] as "0-2,5"."""
-    if not isinstance(cpus, list) or not all(isinstance(c, int) for c in cpus) or not cpus:
-        return None
-    ordered = sorted(set(cpus))
-    spans: list[str] = []
-    start = prev = ordered[0]
-    for c in [*ordered[1:], None]:
-        if c is not None and c == prev + 1:
-            prev = c
-            continue
-        spans.append(str(start) if start == prev else f"{start}-{prev}")
-        if c is not None:
-            start = prev = c
-    return ",".join(spans)
-
-
 def host_facts(h: HostFingerprint | None) -> list[tuple[str, str]]:
     """The host fingerprint (doctor/fingerprint.py) as (label, plain text) pairs."""
     if h is None:
@@ -125,7 +108,7 @@ def host_facts(h: HostFingerprint | None) -> list[tuple[str, str]]:
     cpus = str(h.cpus_online) if h.cpus_online is not None else ""
     if cpus and h.cpus_online_list:
         cpus += f" online ({h.cpus_online_list})"
-    affinity = ranges(h.trainer_affinity) or ranges(h.affinity)
+    affinity = cpu_ranges(h.trainer_affinity or h.affinity or [])
     cgroup = [
         f"CPU quota {h.cpu_quota:g} CPUs" if h.cpu_quota is not None else "no CPU quota",
         f"memory {h.memory_limit / 2**30:.1f} GiB"

@@ -99,7 +99,7 @@ def _what(r: TriageResult, ev: Evidence) -> str:
     out, ran = _told(step)
     if not ran:
         return out
-    res = r.found(ReproduceResult)
+    res = step.found(ReproduceResult)
     kind = str(res.kind) if res.kind is not None else NOT_KNOWN
     out += facts(
         [
@@ -125,7 +125,7 @@ def _where(r: TriageResult, ev: Evidence) -> str:
     out, ran = _told(step)
     if not ran:
         return out
-    res = r.found(ExplainResult)
+    res = step.found(ExplainResult)
     frames = [f for f in res.location_frames if f]
     waits = [w for w in res.waits if w]
     out += facts(
@@ -148,7 +148,7 @@ def _why(r: TriageResult, ev: Evidence) -> str:
     out, ran = _told(step, headline=False)
     if not ran:
         return out
-    res = r.found(ExplainResult)
+    res = step.found(ExplainResult)
     causes = res.causes
     if causes:
         top = causes[0]
@@ -196,7 +196,7 @@ def _not_matter(r: TriageResult, ev: Evidence) -> str:
     out, ran = _told(step)
     if not ran:
         return out
-    res = r.found(KnobsResult)
+    res = step.found(KnobsResult)
     rows = (
         [
             f"<td><code>{escape(k.label or '?')}</code></td>",
@@ -217,7 +217,7 @@ def _fixes(r: TriageResult, ev: Evidence) -> str:
     out, ran = _told(step)
     if not ran:
         return out
-    res = r.found(FixesResult)
+    res = step.found(FixesResult)
     decision = str(res.decision) if res.decision is not None else NOT_KNOWN
     passed = (res.fix_text or res.fix_variant) if res.fix_variant else ""
     out += facts(
@@ -247,7 +247,7 @@ def _when(r: TriageResult, ev: Evidence) -> str:
     out, ran = _told(step)
     if not ran:
         return out
-    res = r.found(HistoryResult)
+    res = step.found(HistoryResult)
     first = res.first_bad or FirstBad()
     head = " ".join(x for x in (first.sha, first.subject) if x)
     good = " ".join(x for x in (res.good, res.good_how) if x)
@@ -322,7 +322,7 @@ def render_story(result: TriageResult) -> str:
     r = result
     ev = Evidence(r.directory)
     rep = step_of(r, TriageStep.REPRODUCE)
-    found = r.found(ReproduceResult).kind
+    found = rep.found(ReproduceResult).kind
     kind = str(found or "pass") if r.reproduced else "pass"
     headline = rep.headline or ("reproduced" if r.reproduced else "not reproduced here")
     verdict = (

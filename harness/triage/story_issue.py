@@ -77,8 +77,8 @@ def _symptom(r: TriageResult) -> list[str]:
     missing = not_investigated(rep)
     if missing:
         out.append(f"Reproduction {t(missing)}.")
-    res = r.found(ReproduceResult)
-    ex = r.found(ExplainResult) if exp.status is StepStatus.DONE else ExplainResult()
+    res = rep.found(ReproduceResult)
+    ex = exp.found(ExplainResult) if exp.status is StepStatus.DONE else ExplainResult()
     kind = ex.kind or res.kind
     location = ex.location or res.location
     if rep.status is StepStatus.DONE:
@@ -140,7 +140,7 @@ def _commit(commit: LineCommit | None) -> str:
 def _blame(r: TriageResult) -> list[str]:
     exp, hist = step_of(r, TriageStep.EXPLAIN), step_of(r, TriageStep.HISTORY)
     out = ["## Blame", ""]
-    blame = r.found(ExplainResult).blame if exp.status is StepStatus.DONE else None
+    blame = exp.found(ExplainResult).blame if exp.status is StepStatus.DONE else None
     if exp.status is not StepStatus.DONE:
         out.append(f"- **the located line**: {t(not_investigated(exp) or '')}")
     elif blame is not None:
@@ -148,11 +148,11 @@ def _blame(r: TriageResult) -> list[str]:
         out.append(f"- **the located line** {c(where)}: {_commit(blame.commit)}")
         out.append(f"- **the commit that brought its construct in**: {_commit(blame.construct)}")
     else:  # the run says why it did not blame ("no history to blame: a path source")
-        why = r.found(ExplainResult).blame_skipped or "no blame (not a git source?)"
+        why = exp.found(ExplainResult).blame_skipped or "no blame (not a git source?)"
         out.append(f"- **the located line**: {t(f'not known: {why}')}")
     out.append("")
     missing = not_investigated(hist)
-    res = r.found(HistoryResult)
+    res = hist.found(HistoryResult)
     first = res.first_bad
     if missing:
         out.append(f"First bad commit: {t(missing)}.")
@@ -192,7 +192,7 @@ def _knobs(r: TriageResult) -> list[str]:
     missing = not_investigated(step)
     if missing:
         return [*out, p(missing)]
-    res = r.found(KnobsResult)
+    res = step.found(KnobsResult)
     groups = (
         (KnobEffect.RULED_OUT, "Ruled out (the outcome does not change)"),
         (KnobEffect.CHANGES, "Change the outcome"),
@@ -222,7 +222,7 @@ def _fix(r: TriageResult) -> list[str]:
     missing = not_investigated(step)
     if missing:
         return [*out, p(missing)]
-    res = r.found(FixesResult)
+    res = step.found(FixesResult)
     variant = res.fix_variant or r.fix_confirmed
     if variant:
         out.append(f"Fix: {t(res.fix_text or variant)}.")
