@@ -154,7 +154,7 @@ def _aggregate_side(folder: Path, name: str) -> Side:
             f"({AGGREGATE_SCHEMA_VERSION}): read it with a newer harness",
             USAGE,
         )
-    known = {k: data[k] for k in ("counts", "groups", "rows", "directory") if k in data}
+    known = dict(data)  # the keys Aggregate lacks are ignored
     if isinstance(known.get("groups"), list):
         known["groups"] = known["groups"][:MAX_GROUPS]
     try:

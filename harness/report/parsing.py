@@ -21,16 +21,17 @@ from pydantic_core import ErrorDetails
 from harness.config.schema_errors import what_is_wrong
 
 T = TypeVar("T")
-# pydantic's reader and writer of a dataclass, by its qualified name, built on first use:
-# one costs tens of ms, and every harness start imports the modules that use them
-_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
 
 
-def adapter(cls: type[T]) -> TypeAdapter[T]:
-    key = f"{cls.__module__}.{cls.__qualname__}"
-    found = _ADAPTERS.get(key)
+# pydantic's reader of each dataclass, built on first use: one costs tens of ms, and every
+# harness start imports the modules that use them
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type[T]) -> TypeAdapter[T]:
+    found = _ADAPTERS.get(cls)
     if found is None:
-        found = _ADAPTERS[key] = TypeAdapter(cls)
+        found = _ADAPTERS[cls] = TypeAdapter(cls)
     return found
 
 
@@ -52,7 +53,7 @@ def parse(cls: type[T], data: object, root: str = "") -> T:
     except UnicodeEncodeError:  # a lone surrogate: no JSON parser but Python's reads it
         raw, carried = json.dumps(_carried(data), allow_nan=True).encode("utf-8"), True
     try:
-        value = adapter(cls).validate_json(raw, strict=True)
+        value = _adapter(cls).validate_json(raw, strict=True)
     except ValidationError as exc:
         raise ValueError(validation_line(exc, root, data)) from None
     return _restored(value) if carried else value

@@ -78,15 +78,14 @@ def summary_line(rows: Sequence[RunRow]) -> str:
         lo, hi = failure_rate(rows).ci95
         return f"pass {n}/{n}: no failure (failure rate 95% CI {pct(lo, '')}–{pct(hi)})"
     top = found[0].signature.kind
-    same = [g.signature for g in found if g.signature.kind is top]
+    same = [g for g in found if g.signature.kind is top]
     text = kind_rate(rows, top).text()
     if len(same) == 1:
-        where = same[0]
+        where = same[0].signature
         place = f" — all in {where.location}" if where.location else " — all alike"
         place += f" ({where.cause})" if where.cause else ""
     else:
-        counted = [g for g in found if g.signature.kind is top]
-        place = " — " + ", ".join(f"{g.count} in {g.signature.location or '?'}" for g in counted)
+        place = " — " + ", ".join(f"{g.count} in {g.signature.location or '?'}" for g in same)
     others = [g for g in found if g.signature.kind is not top]
     if others:
         rest = Counter[Kind]()

@@ -239,10 +239,16 @@ class SavedStatus:
     data: dict[str, Any]  # as the file holds it: mark_abandoned adds to it, keeping the rest
     report: Report  # what it says, typed (report.load)
     status: RunStatus
-    stored: RunStatus
-    stage: Stage
     written_at: str  # the last write of report.json (its mtime), local ISO-8601
     why: str = ""  # abandoned: how we know; running: whether it is still going
+
+    @property
+    def stored(self) -> RunStatus:
+        return self.report.status
+
+    @property
+    def stage(self) -> Stage:
+        return self.report.stage
 
     @property
     def abandoned(self) -> bool:
@@ -310,7 +316,7 @@ def load_status(path: Path) -> SavedStatus:
         written = report_json.stat().st_mtime
     except OSError as exc:
         raise HarnessError(f"{report_json}: not a harness report: {exc}", USAGE) from exc
-    stored, stage = report.status, report.stage
+    stored = report.status
     written_at = report.last_written_at or _stamp(written)
     status, why = stored, ""
     if stored == RunStatus.RUNNING:
@@ -319,7 +325,7 @@ def load_status(path: Path) -> SavedStatus:
             status = RunStatus.ABANDONED
     elif stored == RunStatus.ABANDONED:
         why = report.abandoned_why or ""
-    return SavedStatus(report_json, data, report, status, stored, stage, written_at, why)
+    return SavedStatus(report_json, data, report, status, written_at, why)
 
 
 def mark_abandoned(saved: SavedStatus) -> SavedStatus:
@@ -347,13 +353,4 @@ def mark_abandoned(saved: SavedStatus) -> SavedStatus:
         **report.abandoned_marks(),
     }
     atomic_write(saved.path, json.dumps(data, indent=2) + "\n")
-    return SavedStatus(
-        saved.path,
-        data,
-        report,
-        RunStatus.ABANDONED,
-        RunStatus.ABANDONED,
-        saved.stage,
-        saved.written_at,
-        saved.why,
-    )
+    return SavedStatus(saved.path, data, report, RunStatus.ABANDONED, saved.written_at, saved.why)
