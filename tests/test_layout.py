@@ -266,15 +266,20 @@ def test_the_vocabulary_check_names_a_literal_comparison(tmp_path: Path) -> None
 
 def spelt_file_names(root: Path) -> list[str]:
     """Every string literal in `root`/harness, outside harness/filenames.py, that is the
-    name of a file the harness writes: the name is read from harness.filenames instead."""
+    name of a file the harness writes, or a path or glob pattern ending in one ("*/report.json";
+    prose, with its spaces, is not one): the name is read from harness.filenames instead."""
     names = {v for k, v in vars(filenames).items() if k.isupper() and isinstance(v, str)}
     names |= {filenames.table_json(t) for t in vocab.TableKind}
     found = []
     for path, node in nodes(root):
         if path == Path("harness/filenames.py"):
             continue
-        if isinstance(node, ast.Constant) and node.value in names:
-            found.append(f"{path}:{node.lineno}: {node.value}")
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+            continue
+        value = node.value
+        in_path = not any(c.isspace() for c in value) and value.rpartition("/")[2] in names
+        if value in names or ("/" in value and in_path):
+            found.append(f"{path}:{node.lineno}: {value}")
     return found
 
 
@@ -286,9 +291,13 @@ def test_the_file_name_check_names_a_spelt_name(tmp_path: Path) -> None:
     package = tmp_path / "harness" / "pkg"
     package.mkdir(parents=True)
     (package / "use.py").write_text(
-        'def f(d):\n    """Reads report.json."""\n    return d / "report.json", d / "x.json"\n'
+        'def f(d):\n    """Reads d/report.json."""\n    return d / "report.json", d / "x.json"\n'
+        'def g(d):\n    return d.glob("*/report.json"), d.glob("*/report.json.bak")\n'
     )
-    assert spelt_file_names(tmp_path) == ["harness/pkg/use.py:3: report.json"]
+    assert spelt_file_names(tmp_path) == [
+        "harness/pkg/use.py:3: report.json",
+        "harness/pkg/use.py:5: */report.json",
+    ]
 
 
 def test_a_module_runs_whole_on_one_worker(request: pytest.FixtureRequest) -> None:

@@ -154,7 +154,7 @@ def load_row(
     """The row of a run a child harness reported in `folder` (a report folder, or a folder
     holding exactly one); `why_not` is the error when there is no readable report."""
     found = [folder] if (folder / REPORT_JSON).is_file() else []
-    found = found or sorted(p.parent for p in folder.glob("*/report.json"))
+    found = found or sorted(p.parent for p in folder.glob(f"*/{REPORT_JSON}"))
     if len(found) != 1:
         return row_from_error(why_not, exit_code, values, variant)
     try:

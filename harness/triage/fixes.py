@@ -143,7 +143,7 @@ def _changes(rows: Sequence[RunRow], fix: str | None) -> list[str]:
     if row is None or not row.report_dir:
         return []
     folder = Path(row.report_dir)  # a cell: runs/NNN/<report>/report.json
-    found = [p.parent for p in sorted(folder.glob("runs/*/*/report.json"))]
+    found = [p.parent for p in sorted(folder.glob(f"runs/*/*/{REPORT_JSON}"))]
     for f in [folder, *found] if (folder / REPORT_JSON).is_file() else found:
         try:
             report = load_report(f)
