@@ -13,6 +13,8 @@ have eu-stack || need_pkgs+=(elfutils)
 have strace || need_pkgs+=(strace)   # what a polling loop polls (sampling/polltrace.py)
 have git || need_pkgs+=(git)
 have ccache || need_pkgs+=(ccache)   # the 5.0 build.sh compiles through ccache
+have ninja || need_pkgs+=(ninja-build)   # a corpus hang runs ninja (tests/realworld)
+have flock || need_pkgs+=(util-linux)    # a corpus hang runs flock(1)
 if ! echo 'int main(void){return 0;}' | gcc -fopenmp -x c - -o /dev/null 2>/dev/null; then
   need_pkgs+=(libgomp1)
 fi

@@ -180,6 +180,9 @@ class WakeEnd(StrEnum):
     DEAD = "dead"  # the thread or process that would end it has exited
     RUNNING = "running"  # a thread that runs: the program's code is busy there
     TIMED = "timed"  # a thread asleep on a timer: a sleep, or a polling loop
+    # asleep on a timer that ends only after the run's wall limit (a `sleep 600` holding a
+    # pipe): it does wake by itself, but after the verdict
+    LATE = "late"
     OUTSIDE = "outside"  # a peer outside the run, or anyone (a listening socket, a path)
     STOPPED = "stopped"  # a stopped or traced process (state T, t)
     UNINTERRUPTIBLE = "uninterruptible"  # state D: the kernel, disk or a driver

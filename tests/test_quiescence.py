@@ -191,7 +191,7 @@ def test_numbers_match_the_kernel_headers(header: str, table: q.SyscallTable) ->
 
 def test_a_timer_signal_may_end_a_futex_wait() -> None:
     p = proc(10, 1, th(10))
-    facts = q.TreeFacts(timers={10: "catches SIGALRM"})
+    facts = q.TreeFacts(signalled={(10, 10): "catches SIGALRM"})
     waits = q.tree_waits(snap(0, p), X86, facts)
     assert waits[0][1].kind == q.TIMED and "SIGALRM" in waits[0][1].what
 
@@ -603,7 +603,7 @@ def test_a_thread_that_did_real_work_in_between_is_not_housekeeping() -> None:
     assert q.quiet_since(snaps, X86, None, None, io) is None
     # a timer signal may end the tree's waits: they are timed, nothing is excused
     snaps, io = hk_run()
-    facts = [q.TreeFacts(timers={10: "catches SIGALRM"})] * len(snaps)
+    facts = [q.TreeFacts(signalled={(10, 10): "catches SIGALRM"})] * len(snaps)
     assert q.quiet_since(snaps, X86, facts, None, io) is None
 
 
@@ -718,7 +718,7 @@ def test_idle_marks_only_a_sleep_on_a_timer_of_its_own() -> None:
     assert idle == {10: False, 11: True, 12: True}  # untimed futex; nanosleep; timed futex
     # a process catching SIGALRM: its untimed futex wait turns timed but is not idle (a
     # deadlock there is no sleep); its nanosleep is still a sleep on its own timer
-    facts = q.TreeFacts(timers={10: "catches SIGALRM"})
+    facts = q.TreeFacts(signalled={(10, 10): "catches SIGALRM"})
     waits = q.tree_waits(snap(0, p), X86, facts)
     got = {tw.tid: (tw.kind, tw.idle) for tw, _ in waits}
     assert got == {10: (q.TIMED, False), 11: (q.TIMED, True), 12: (q.TIMED, True)}

@@ -82,7 +82,7 @@ def test_a_pthread_mutex_is_woken_by_its_owner() -> None:
 
 
 def test_a_timer_signal_makes_any_wait_timed() -> None:
-    facts = q.TreeFacts(timers={10: "catches SIGALRM"})
+    facts = q.TreeFacts(signalled={(10, 10): "catches SIGALRM"})
     w = waits(snap(proc(10, 1, th(10))), facts)[(10, 10)]
     assert (w.kind, w.resolved) == (q.TIMED, False)
 

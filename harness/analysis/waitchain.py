@@ -30,6 +30,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.analysis.pystacks import pool_worker_pids
 from harness.sampling.model import Frame, SampleSet, ThreadStack
@@ -345,3 +346,22 @@ def _fd_name(key: tuple[int, int], tree: _Tree) -> str:
             if th.tid == key[1] and th.syscall_args:
                 return {0: "stdin", 1: "stdout", 2: "stderr"}.get(th.syscall_args[0], "")
     return ""
+
+
+def program_calls(samples: SampleSet) -> dict[tuple[int, int], str]:
+    """Where each sampled thread's wait sits in the program's terms: the library call its
+    own code made and the line that made it (`Popen.communicate at t.py:3`), or its own
+    innermost frame when it waits in its own code; the Python stack first. For the wake
+    chain's links (one chain, kernel edges with program frames)."""
+    out: dict[tuple[int, int], str] = {}
+    for stack in sorted(samples.stacks, key=lambda st: not st.python):
+        key = (stack.pid, stack.tid)
+        frames = live_frames(stack).frames
+        own = _own_index(frames)
+        if key in out or own >= len(frames):
+            continue
+        site = frames[own]
+        where = f" at {Path(site.file).name}:{site.line}" if site.file and site.line else ""
+        called = frames[own - 1].function if own > 0 else site.function
+        out[key] = f"{called}{where}"
+    return out

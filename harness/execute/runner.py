@@ -305,6 +305,7 @@ def _watched(
         pump.start()
         dog.resync(start, _boottime())
         watch = WatchLoop(proc.pid, start, quiescence=limits.quiescent_s > 0)
+        watch.limit_at = start + limits.wall_s  # the wall fires then, pauses included
         # this process's children before the launch (the reaper, a load): any other child
         # of ours was adopted from the run (we are its subreaper) and is watched
         watch.tree.own = set(before)

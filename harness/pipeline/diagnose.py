@@ -65,7 +65,9 @@ def diagnose(
     v.compare = compare
     v.waits_for = _waits_for(report)
     if v.kind is Kind.HANG and wake is not None:
-        v.wake_chain = wake.text()
+        # one chain: the kernel's edges, each link with its thread's call in the program
+        calls = waitchain.program_calls(report.samples) if report.samples is not None else {}
+        v.wake_chain = wake.text(calls)
     if v.kind is Kind.HANG and v.location:
         _blame(report, pin, checkout, commit)
 

@@ -166,7 +166,7 @@ def print_summary(r: Report, stream: TextIO | None = None) -> None:
             table.add_row("location", shown(v.location))
         if v.location_frames:
             table.add_row("frames", shown(" → ".join(v.location_frames[-6:])))
-        if v.waits_for:
+        if v.waits_for and not v.wake_chain:  # one chain: the graph's, when there is one
             table.add_row("waits", shown(v.waits_for))
         if v.wake_chain:
             table.add_row("chain", shown(v.wake_chain))

@@ -66,7 +66,7 @@ def render_report(r: Report) -> str:
             lines.append(f"- location: {code(v.location)}")
         if v.location_frames:
             lines.append(f"- frames: {code(' → '.join(v.location_frames))}")
-        if v.waits_for:
+        if v.waits_for and not v.wake_chain:  # one chain: the graph's, when there is one
             lines.append(f"- waits: {md(v.waits_for)}")
         if v.wake_chain:
             lines.append(f"- chain: {md(v.wake_chain)}")

@@ -4,6 +4,7 @@ across them, and the stacks the tools produced. Plain dataclasses, JSON-able as 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -167,10 +168,16 @@ class WakeChain:
     # (sampling/polltrace.py); "" when not traced
     polled: str = ""
 
-    def text(self) -> str:
-        """`pid 1 tid 1 (python) waits on … held by pid 2 → … → ends: nobody: …`."""
+    def text(self, calls: Mapping[tuple[int, int], str] | None = None) -> str:
+        """`pid 1 tid 1 (python) waits on … held by pid 2 → … → ends: nobody: …`; with
+        `calls`, each link says where its thread waits in the program's terms
+        (`in Popen.communicate at t.py:3`: analysis/waitchain.program_calls)."""
+        calls = calls or {}
         parts = [
-            f"pid {k.pid} tid {k.tid} ({k.name}) {k.what}" + (f" [{k.note}]" if k.note else "")
+            f"pid {k.pid} tid {k.tid} ({k.name})"
+            + (f" in {calls[(k.pid, k.tid)]}:" if (k.pid, k.tid) in calls else "")
+            + f" {k.what}"
+            + (f" [{k.note}]" if k.note else "")
             for k in self.links
         ]
         end = f"ends: {self.end.value}: {self.end_what}"

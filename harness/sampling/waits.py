@@ -82,6 +82,38 @@ class FutexWait:
 
 
 @dataclass(frozen=True)
+class Deadline:
+    """When a timed wait ends by itself (watch/deadlines.py): `left_s` seconds after the
+    look at the earliest (`exact`: then, to the tick; else at least then), and `limit_s`,
+    the seconds left before the run's wall limit at that look (None: no limit known)."""
+
+    left_s: float
+    exact: bool
+    limit_s: float | None = None
+
+    @property
+    def past(self) -> bool:
+        """It ends only after the run's limit: blocked, as far as the verdict is concerned."""
+        return self.limit_s is not None and self.left_s > self.limit_s
+
+    def words(self) -> str:
+        """ "it ends by itself in about 540 s, after the run's limit (in 58 s)"."""
+        when = f"in {_seconds(self.left_s)}" + ("" if self.exact else " or later")
+        if self.limit_s is None:
+            return f"it ends by itself {when}"
+        side = "after" if self.past else "before"
+        return f"it ends by itself {when}, {side} the run's limit (in {_seconds(self.limit_s)})"
+
+
+def _seconds(s: float) -> str:
+    if s >= 7200:
+        return f"about {s / 3600:.0f} h"
+    if s >= 100:
+        return f"about {s:.0f} s"
+    return f"{s:.1f} s"
+
+
+@dataclass(frozen=True)
 class Wait:
     """One thread's wait, by the rule. `idle`: it can end only by time or by the tree (a
     sleep, a timed futex wait, a timed poll on tree fds): a housekeeping candidate.
@@ -107,6 +139,9 @@ class Wait:
     # on memory of its own process alone (a futex with FUTEX_PRIVATE_FLAG): no other process
     # could ever have ended it, not even one that has exited since
     private: bool = False
+    # a timed wait whose timer ends it only after the run's wall limit (watch/deadlines.py):
+    # the seconds left at the look (at least), and the wait counts as untimed for the graph
+    late_s: float | None = None
 
     def recorded(self, pid: int, tid: int) -> ThreadWait:
         """This wait as report.json keeps it (samples.waits): its wakers only when they are
@@ -122,6 +157,7 @@ class Wait:
             list(self.wakers) if self.resolved else [],
             self.via,
             self.private,
+            None if self.late_s is None else round(self.late_s, 1),
         )
 
 
@@ -150,6 +186,9 @@ class ThreadWait:
     # on memory of its own process alone (a futex with FUTEX_PRIVATE_FLAG): no other process
     # could ever have ended it, not even one that has exited since
     private: bool = False
+    # a timed wait whose timer ends it only after the run's wall limit: the seconds left at
+    # the look, at least (docs/quiescence.md, "Deadlines"); null for any other wait
+    late_s: float | None = None
 
     @property
     def child(self) -> int | None:

@@ -98,7 +98,9 @@ def settled(waits: list[tuple[ThreadWait, Wait]], prev: Snapshot | None, snap: S
     before = {(p.pid, t.tid): t for p in prev.processes for t in p.threads}
     now = {(p.pid, t.tid): t for p in snap.processes for t in p.threads}
     for tw, w in waits:
-        if w.kind is not WaitKind.TREE and not w.pending:
+        # a timed wait asks for facts for its deadline (`pending` "deadline"), but alone it
+        # is not worth them on every look: a sleeping thread beside a busy one is common
+        if w.kind is not WaitKind.TREE and w.pending in ("", "deadline"):
             continue
         b, a = before.get((tw.pid, tw.tid)), now.get((tw.pid, tw.tid))
         if (

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.sampling.waits import Wait
+from harness.sampling.waits import Deadline, Wait
 from harness.vocab import WaitKind, WaitVia
 
 _PIPE = re.compile(r"^pipe:\[(\d+)\]$")
@@ -41,6 +41,12 @@ class TreeFacts:
     polled: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict)
     writable: set[tuple[int, int]] = field(default_factory=set)  # (pid, fd) open for writing
     timers: dict[int, str] = field(default_factory=dict)  # pid → "catches SIGALRM", ...
+    # (pid, tid) → why a timer's signal may interrupt that thread's wait: the threads a
+    # timer signal can be delivered to (not blocked by their mask; a process-directed one
+    # goes to the main thread unless the main thread blocks it)
+    signalled: dict[tuple[int, int], str] = field(default_factory=dict)
+    # (pid, tid) → when its timed wait ends by itself (watch/deadlines.py)
+    deadlines: dict[tuple[int, int], Deadline] = field(default_factory=dict)
     compat: set[int] = field(default_factory=set)  # 32-bit processes
     # the wake graph's facts (wakefacts.py) for fds that are neither pipes nor TCP sockets:
     # (pid, fd) → the tree pids that alone could end a wait on it (an eventfd's holders, a
@@ -50,6 +56,8 @@ class TreeFacts:
     timerfds: dict[tuple[int, int], bool] = field(default_factory=dict)  # (pid, fd) → armed
     # (pid, futex address) → the tree pids mapping a shared futex's page (none outside)
     futex_wakers: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
+    # (pid, futex address) → what the shared mapping of a futex is, in words
+    futex_what: dict[tuple[int, int], str] = field(default_factory=dict)
     # (pid, tid) → the (pid, tid) owning the pthread mutex it waits for (sampling.locks)
     owners: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
 
@@ -202,11 +210,14 @@ def _fd_peers(pid: int, fd: int, events: int, facts: TreeFacts) -> tuple[str, li
     return f"fd {fd} ({facts.fd_what.get((pid, fd), target)}): not ended by the tree alone"
 
 
-def poll_wait(name: str, args: Sequence[int], pid: int, tid: int, facts: TreeFacts | None) -> Wait:
+def poll_wait(
+    name: str, args: Sequence[int], pid: int, tid: int, facts: TreeFacts | None, late: bool = False
+) -> Wait:
     """poll/select/epoll: on the tree when every fd it watches has only the tree at its
-    other end; then untimed is TREE, timed is TIMED and idle (a housekeeping candidate)."""
-    timed = poll_timed(name, args)
-    form = "with a timeout" if timed else "no timeout"
+    other end; then untimed is TREE, timed is TIMED and idle (a housekeeping candidate).
+    `late`: its timeout ends it only after the run's limit (judged as untimed)."""
+    timed = poll_timed(name, args) and not late
+    form = "with a timeout" if timed or late else "no timeout"
     if facts is None:
         return Wait(WaitKind.OUTSIDE, f"{name} ({form}): fds not looked at", pending="poll")
     watched = facts.polled.get((pid, tid))
@@ -216,6 +227,8 @@ def poll_wait(name: str, args: Sequence[int], pid: int, tid: int, facts: TreeFac
         # no fd at all: a sleep written as a poll (select(0, NULL, NULL, NULL, &tv))
         if timed:
             return Wait(WaitKind.TIMED, f"{name} on no fd (a sleep)", idle=True)
+        if late:  # a sleep written as a poll, past the run's limit: only its timer ends it
+            return Wait(WaitKind.TREE, f"{name} on no fd (a sleep)", idle=True, resolved=True)
         return Wait(WaitKind.OUTSIDE, f"{name} on no fd, no timeout (only a signal ends it)")
     ons: list[str] = []
     vias: set[WaitVia] = set()

@@ -15,7 +15,14 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from harness.sampling.model import ProcessSample, Snapshot, ThreadSample
-from harness.sampling.waits import FUTEX_PRIVATE_FLAG, FUTEX_WAITS, ThreadWait, Wait, futex_cmd
+from harness.sampling.waits import (
+    FUTEX_PRIVATE_FLAG,
+    FUTEX_WAITS,
+    Deadline,
+    ThreadWait,
+    Wait,
+    futex_cmd,
+)
 from harness.vocab import WaitKind, WaitVia
 from harness.watch.fdwaits import POLLS, TreeFacts, fd_wait, poll_wait, rw_wait
 from harness.watch.housekeeping import Look, candidate, housekeepers
@@ -60,17 +67,49 @@ _SOCKET_READS = ("recvfrom", "recvmsg")
 _SOCKET_WRITES = ("sendto", "sendmsg")
 
 
+def _late(key: tuple[int, int], facts: TreeFacts | None) -> Deadline | None:
+    """The deadline of the thread's timed wait when it lies past the run's wall limit."""
+    found = facts.deadlines.get(key) if facts is not None else None
+    return found if found is not None and found.past else None
+
+
+def _timed(what: str, facts: TreeFacts | None, **kw: object) -> Wait:
+    """A timed wait not past the run's limit; before the facts are read, it asks for them
+    (its deadline may lie past the limit)."""
+    pending = "deadline" if facts is None else ""
+    return Wait(TIMED, what, idle=True, pending=pending, **kw)  # type: ignore[arg-type]
+
+
 def _futex(args: Sequence[int], key: tuple[int, int], facts: TreeFacts | None) -> Wait:
     """A futex wait, with who could wake it (the wake graph): a private futex only its own
     process (FUTEX_PRIVATE_FLAG: the kernel keys it on the address space), a shared one the
-    processes mapping its page; a pthread mutex only its owner."""
+    processes mapping its page; a pthread mutex only its owner. A timed wait whose deadline
+    lies past the run's limit is judged as untimed, its deadline said."""
     cmd = futex_cmd(args[1])
     name = FUTEX_WAITS.get(cmd)
     if name is None:
         return Wait(RUNNING, f"futex op {cmd} (not a wait)")
     on, via = f"futex:{args[0]:#x}", WaitVia.FUTEX
-    if args[3]:
-        return Wait(TIMED, f"futex wait with a timeout ({name})", on=on, idle=True, via=via)
+    late = _late(key, facts)
+    if args[3] and late is None:
+        return _timed(f"futex wait with a timeout ({name})", facts, on=on, via=via)
+    wait = _futex_untimed(args, key, facts, name, on, via)
+    if late is None:
+        return wait
+    what = (
+        f"futex wait with a timeout ({name}){wait.what[len(f'futex wait, no timeout ({name})') :]}"
+    )
+    return replace(wait, what=f"{what}; {late.words()}", idle=True, late_s=late.left_s)
+
+
+def _futex_untimed(
+    args: Sequence[int],
+    key: tuple[int, int],
+    facts: TreeFacts | None,
+    name: str,
+    on: str,
+    via: WaitVia,
+) -> Wait:
     what = f"futex wait, no timeout ({name})"
     pid = key[0]
     private = bool(args[1] & FUTEX_PRIVATE_FLAG)  # the kernel keys it on the address space
@@ -90,6 +129,9 @@ def _futex(args: Sequence[int], key: tuple[int, int], facts: TreeFacts | None) -
     if private:
         return Wait(TREE, what, on=on, wakers=(pid,), resolved=True, via=via, private=True)
     shared = facts.futex_wakers.get((pid, args[0])) if facts is not None else None
+    told = facts.futex_what.get((pid, args[0])) if facts is not None else None
+    if told:
+        what = f"{what}: {told}"
     if shared is not None:
         return Wait(TREE, what, on=on, wakers=shared, resolved=True, via=via)
     return Wait(TREE, what, on=on, via=via)
@@ -155,12 +197,21 @@ def thread_wait(
     args = th.syscall_args
     if name == "futex":
         return _futex(args, (proc.pid, th.tid), facts)
+    key = (proc.pid, th.tid)
+    late = _late(key, facts)
     if name == "futex_waitv":
-        if args[3]:
-            return Wait(TIMED, "futex_waitv with a timeout", idle=True)
+        if args[3] and late is None:
+            return _timed("futex_waitv with a timeout", facts)
+        if late is not None:  # its futexes' wakers are not read
+            what = f"futex_waitv with a timeout; {late.words()}"
+            return Wait(TREE, what, idle=True, late_s=late.left_s)
         return Wait(TREE, "futex_waitv, no timeout")  # its futexes' wakers are not read
     if name in ("nanosleep", "clock_nanosleep"):
-        return Wait(TIMED, name, idle=True)
+        if late is not None:
+            # nothing but its timer ends a sleep (a timer signal aside: tree_waits): no waker
+            what = f"{name}: {late.words()}"
+            return Wait(TREE, what, idle=True, resolved=True, late_s=late.left_s)
+        return _timed(name, facts)
     if name == "restart_syscall":  # not seen before the interruption (`continued`)
         # timed (its timeout is not shown), but not known to be a timer of its own: it may
         # continue a poll with no timeout, so neither idle nor a housekeeping candidate
@@ -170,7 +221,12 @@ def thread_wait(
     if name in ("read", "readv", "write", "writev"):
         return rw_wait(name, int(args[0]), proc.pid, name.startswith("read"), facts)
     if name in POLLS:
-        return poll_wait(name, args, proc.pid, th.tid, facts)
+        wait = poll_wait(name, args, proc.pid, th.tid, facts, late=late is not None)
+        if late is not None and wait.kind == TREE:
+            return replace(wait, what=f"{wait.what}; {late.words()}", late_s=late.left_s)
+        if wait.kind == TIMED and facts is None:
+            return replace(wait, pending="deadline")
+        return wait
     if name in _SOCKET_READS or name in _SOCKET_WRITES:
         return rw_wait(name, int(args[0]), proc.pid, name in _SOCKET_READS, facts)
     if name == "flock" or (name == "fcntl" and args[1] in (_F_SETLKW, _F_OFD_SETLKW)):
@@ -187,7 +243,17 @@ def thread_wait(
 # original call, untouched (the kernel only rewinds the instruction pointer and sets the
 # syscall number), and the thread sleeps in the same kernel function (wchan).
 Calls = dict[tuple[int, int], tuple[str, tuple[int, ...], str]]  # (pid, tid) → (nr, args, wchan)
-RESTARTED = "continued by restart_syscall after an interruption (same arguments, same wchan)"
+RESTARTED = "continued by restart_syscall after an interruption (same arguments)"
+
+
+_SLEEPS = ("nanosleep", "clock_nanosleep")
+
+
+def _same_sleep(table: SyscallTable, seen: tuple[str, tuple[int, ...], str], wchan: str) -> bool:
+    """The thread sleeps where the call it continues slept: the same wchan, except after a
+    nanosleep, whose restart (hrtimer_nanosleep_restart) shows the syscall entry as its
+    wchan; its six arguments, the same, already tie it to that call."""
+    return seen[2] == wchan or (seen[0].isdigit() and table.name(int(seen[0])) in _SLEEPS)
 
 
 def continued(
@@ -217,7 +283,7 @@ def continued(
                 threads.append(th)
                 continue
             seen = calls.get(key)
-            if seen is not None and seen[1:] == (args, th.wchan):
+            if seen is not None and seen[1] == args and _same_sleep(table, seen, th.wchan):
                 memory[key] = seen
                 restarted.add(key)
                 th = replace(th, syscall=seen[0])
@@ -241,17 +307,18 @@ def tree_waits(
     `continued` judged as the syscall they were seen in before restart_syscall)."""
     out = []
     for proc in snap.processes:
-        timer = facts.timers.get(proc.pid, "") if facts is not None else ""
         for th in proc.threads:
             w = thread_wait(snap, proc, th, table, facts)
             if (proc.pid, th.tid) in restarted:
                 w = replace(w, what=f"{w.what}; {RESTARTED}")
-            if w.kind == TREE and timer:  # a timer signal may end the wait
+            # a timer's signal may end the wait, where it can be delivered to this thread
+            timer = facts.signalled.get((proc.pid, th.tid), "") if facts is not None else ""
+            if w.kind == TREE and timer:
                 # timed, but not asleep on a timer of its own: not idle (neither the `idle`
                 # mechanism nor a housekeeping candidate); a naturally timed wait stays idle
                 w = Wait(
                     TIMED,
-                    f"{w.what}, but the process {timer}",
+                    f"{w.what}, but the process {timer}, delivered to this thread",
                     on=w.on,
                     peers=w.peers,
                     via=w.via,

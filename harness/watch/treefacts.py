@@ -8,14 +8,15 @@ process's I/O counters. Read only when the threads alone say the tree may be blo
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from harness.sampling import procfs
-from harness.sampling.model import Snapshot
-from harness.watch import wakeread
+from harness.sampling.model import ProcessSample, Snapshot
+from harness.watch import deadlines, wakefacts, wakeread
 from harness.watch.fdwaits import POLLIN, POLLOUT, POLLPRI, TreeFacts, pipe_inode, socket_inode
 from harness.watch.syscalls import SyscallTable
 
@@ -114,6 +115,7 @@ class FactReader:
     def __init__(self, refresh_s: float = OUTSIDE_REFRESH_S) -> None:
         self._outside: dict[int, tuple[list[int], list[int]]] | None = None  # pipe → (w, r)
         self._outside_sockets: dict[str, list[int]] | None = None
+        self._outside_maps: dict[tuple[str, int], list[int]] | None = None
         self.refresh_s = refresh_s
         self._tree: frozenset[int] = frozenset()  # the tree the scan was kept for
         self._scanned_at: float | None = None  # the oldest scan kept (time.monotonic)
@@ -122,6 +124,7 @@ class FactReader:
     def reset(self) -> None:
         self._outside = None
         self._outside_sockets = None
+        self._outside_maps = None
         self._scanned_at = None
 
     def _expire(self, tree: frozenset[int]) -> None:
@@ -147,17 +150,24 @@ class FactReader:
         compat: set[int],
         locked: Sequence[tuple[int, int]] = (),
         futexes: bool = False,
+        starts: Mapping[tuple[int, int], float | None] | None = None,
+        limit_at: float | None = None,
     ) -> TreeFacts:
         """The facts of the fds of reads and writes (`fds`), of polls (`polls`: (pid, tid)),
-        of lock waits (`locked`: (pid, fd)), and (`futexes`) the owners and wakers of the
-        tree's futex waits (the wake graph)."""
+        of lock waits (`locked`: (pid, fd)), (`futexes`) the owners and wakers of the
+        tree's futex waits (the wake graph), and the deadlines of its timed waits
+        (`starts`: each thread's bound on when its current call began, time.monotonic(),
+        None for "its own start"; `limit_at`: the run's wall limit)."""
         facts = TreeFacts(compat=set(compat))
         tree = [p.pid for p in snap.processes]
         self._expire(frozenset(tree))
-        for pid in tree:
-            why = procfs.timer_wakers(pid)
-            if why:
-                facts.timers[pid] = why
+        for proc in snap.processes:
+            sources = procfs.timer_sources(proc.pid)
+            if sources:
+                facts.timers[proc.pid] = ", ".join(dict.fromkeys(s.why for s in sources))
+                facts.signalled.update(signal_targets(proc, sources))
+        if table is not None:
+            read_deadlines(facts, snap, table, starts or {}, limit_at)
         wanted = list(fds)
         threads = {(p.pid, t.tid): t for p in snap.processes for t in p.threads}
         for pid, tid in polls:
@@ -196,7 +206,7 @@ class FactReader:
         wakeread.lock_facts(facts, list(locked), tree, self.outside_holders)
         if futexes and table is not None:
             nr = next((n for n, name in table.names.items() if name == "futex"), None)
-            wakeread.futex_facts(facts, snap, nr)
+            wakeread.futex_facts(facts, snap, nr, self.mapped_outside)
         return facts
 
     def outside_holders(self, targets: set[str]) -> dict[str, list[int]]:
@@ -208,6 +218,20 @@ class FactReader:
             found = wakeread.holders(others, targets)
             self._outside_sockets = {**(self._outside_sockets or {}), **found}
         return {t: self._outside_sockets.get(t, []) for t in targets}
+
+    def mapped_outside(self, pages: set[tuple[str, int]]) -> dict[tuple[str, int], list[int]]:
+        """The processes outside the tree mapping each of `pages` ((dev, inode)) shared,
+        kept like the pipe scan (while the tree's processes stay the same, refresh_s)."""
+        if self._outside_maps is None or not pages <= self._outside_maps.keys():
+            self._scanned()
+            found: dict[tuple[str, int], list[int]] = {page: [] for page in pages}
+            for pid in procfs.all_pids():
+                if pid in self._tree:
+                    continue
+                for page in wakefacts.shared_pages(pid) & pages:
+                    found[page].append(pid)
+            self._outside_maps = {**(self._outside_maps or {}), **found}
+        return {page: self._outside_maps.get(page, []) for page in pages}
 
     def _outside_pipes(
         self, inodes: set[int], tree: set[int]
@@ -241,6 +265,68 @@ class FactReader:
         inside = wakeread.holders(tree, set(peer_of.values()))
         away = self.outside_holders(set(peer_of.values()))
         return {ino: inside[p] for ino, p in peer_of.items() if inside[p] and not away[p]}
+
+
+def signal_targets(
+    proc: ProcessSample, sources: Sequence[procfs.TimerSource]
+) -> dict[tuple[int, int], str]:
+    """The threads of `proc` a timer's signal may interrupt (docs/quiescence.md, "Signals"):
+    a signal for one thread goes to it; one for the process goes to its main thread when
+    that thread lives and does not block it (the kernel tries the thread group's leader
+    first), else to any thread that does not block it. A thread whose mask blocks the
+    signal is never interrupted by it."""
+    live = [t.tid for t in proc.threads if t.state not in ("Z", "X")]
+    masks = {tid: procfs.blocked_signals(proc.pid, tid) for tid in live}
+
+    def takes(tid: int, signo: int) -> bool:
+        mask = masks.get(tid)
+        return mask is None or not mask >> (signo - 1) & 1  # unreadable: it may take it
+
+    out: dict[tuple[int, int], str] = {}
+    for src in sources:
+        if src.tid is not None:
+            hit = [src.tid] if src.tid in live and takes(src.tid, src.signal) else []
+        elif proc.pid in live and takes(proc.pid, src.signal):
+            hit = [proc.pid]
+        else:
+            hit = [tid for tid in live if takes(tid, src.signal)]
+        for tid in hit:
+            out.setdefault((proc.pid, tid), src.why)
+    return out
+
+
+def read_deadlines(
+    facts: TreeFacts,
+    snap: Snapshot,
+    table: SyscallTable,
+    starts: Mapping[tuple[int, int], float | None],
+    limit_at: float | None,
+) -> None:
+    """The deadline of every timed wait of the tree (watch/deadlines.py) into facts."""
+    offsets: dict[int, dict[str, float]] = {}
+    for proc in snap.processes:
+        if proc.pid in facts.compat:
+            continue
+        for th in proc.threads:
+            if th.state != "S" or not th.syscall.isdigit() or len(th.syscall_args) < 6:
+                continue
+            name = table.name(int(th.syscall))
+            if name not in deadlines.TIMED_CALLS:
+                continue
+            pid = proc.pid
+            timeout = deadlines.timeout_of(name, th.syscall_args, functools.partial(read_mem, pid))
+            if timeout is None:
+                continue
+            key = (pid, th.tid)
+            since = starts.get(key)
+            if since is None and not timeout.absolute:
+                since = procfs.thread_started(pid, th.tid)
+            if pid not in offsets:
+                text = procfs.read_proc(f"/proc/{pid}/timens_offsets")
+                offsets[pid] = deadlines.parse_offsets(text)
+            found = deadlines.deadline(timeout, since, limit_at, offsets[pid])
+            if found is not None:
+                facts.deadlines[key] = found
 
 
 def process_io(pids: Iterable[int]) -> dict[int, tuple[int, int]] | None:

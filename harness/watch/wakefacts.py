@@ -253,6 +253,18 @@ def maps_file(pid: int, dev: str, inode: int) -> bool:
     return any(wanted in line + " " and line.split()[1][3:4] == "s" for line in text.splitlines())
 
 
+def shared_pages(pid: int) -> set[tuple[str, int]]:
+    """The (dev, inode) of every file or segment `pid` maps shared (empty when unreadable:
+    a process whose maps cannot be read is not counted as a mapper)."""
+    text = procfs.read_proc(f"/proc/{pid}/maps", 1 << 24)
+    out: set[tuple[str, int]] = set()
+    for line in (text or "").splitlines():
+        words = line.split(maxsplit=5)
+        if len(words) >= 5 and words[1][3:4] == "s" and words[4].isdigit() and words[4] != "0":
+            out.add((words[3], int(words[4])))
+    return out
+
+
 def process_gone(pid: int) -> bool:
     """No process or thread `pid` exists any more (a mutex owner, a lock's holder)."""
     try:

@@ -8,21 +8,24 @@ end its wait, and from there two answers, as pure functions over one look's wait
   only thread of a process on a private futex) is the smallest such set.
 - **the chain**: from the thread the user sees waiting, each link "waits on X, which only
   Y can end", to where it ends: a cycle, nobody, a dead thread or process, a running or
-  timed thread (a polling loop), a peer outside the run, a stopped process.
+  timed thread (a polling loop), a thread asleep until after the run's limit (late), a peer
+  outside the run, a stopped process.
 
 A wait's wakers come from `Wait.wakers`/`Wait.owners`, filled by the rule (quiescence,
 fdwaits) from the kernel's facts; only a `resolved` wait (every waker known, none outside,
-no timeout) can belong to a closed set, so anything the facts cannot prove keeps the
-conservative meaning of "outside / unknown".
+no timeout, or one that ends only after the run's limit: watch/deadlines.py) can belong to
+a closed set, so anything the facts cannot prove keeps the conservative meaning of
+"outside / unknown".
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from harness.sampling.model import Snapshot, ThreadSample, WakeChain, WakeLink
 from harness.sampling.waits import Wait
-from harness.vocab import WaitKind, WakeEnd
+from harness.vocab import WaitKind, WaitVia, WakeEnd
 
 Key = tuple[int, int]
 MAX_LINKS = 16  # a chain is cut here (a report line, not a graph dump)
@@ -86,6 +89,9 @@ def _end_of(w: Wait, th: ThreadSample | None) -> tuple[WakeEnd, str] | None:
         return WakeEnd.UNKNOWN, w.what
     if w.kind is WaitKind.DONE:
         return WakeEnd.DEAD, "exited"
+    if w.late_s is not None and w.resolved and not w.wakers and not w.owners:
+        # a sleep past the run's limit: only its timer ends it, after the verdict
+        return WakeEnd.LATE, w.what
     if not w.resolved:
         return WakeEnd.UNKNOWN, f"{w.what}: who could end it is not known"
     return None
@@ -106,6 +112,41 @@ def _note(pid: int, snap: Snapshot, root: int) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class Death:
+    """A process of the run that the watch saw end badly (a signal, a non-zero exit)."""
+
+    pid: int
+    ppid: int
+    name: str
+    status: str  # "killed by SIGKILL", "exited 1"
+    t: float  # seconds since launch
+
+
+def _dead_mapper(
+    links: Sequence[WakeLink], waits: Mapping[Key, Wait], deaths: Sequence[Death]
+) -> tuple[WakeEnd, str] | None:
+    """A chain through a futex in a shared mapping (a semaphore, a lock of multiprocessing,
+    a process-shared mutex) that no live process outside the waiters can end, where a child
+    of one of the mapping's processes died during the run: forked from a mapper, it shared
+    the page, and what it held or owed there (a lock taken, a post or a barrier arrival)
+    is gone with it. Said as what may be, from the watch's events: the death comes before
+    the cycle it left behind."""
+    for link in links:
+        w = waits.get((link.pid, link.tid))
+        if w is None or w.via is not WaitVia.FUTEX or w.private or not w.resolved:
+            continue
+        dead = next((d for d in deaths if d.ppid in w.wakers), None)
+        if dead is not None:
+            return WakeEnd.DEAD, (
+                f"pid {dead.pid} ({dead.name}), a child of pid {dead.ppid}, which maps the "
+                f"futex's page, {dead.status} at {dead.t:.1f}s; it shared that page, and what "
+                "it held or owed there (a lock it took, a post, an arrival) went with it: no "
+                "live process but the waiters maps it"
+            )
+    return None
+
+
 def chain(
     snap: Snapshot,
     waits: Mapping[Key, Wait],
@@ -113,9 +154,29 @@ def chain(
     root: int,
     closed: Collection[Key] = (),
     gone: Mapping[int, Sequence[int]] | None = None,
+    deaths: Sequence[Death] = (),
 ) -> WakeChain:
     """The chain from `start`. `gone`: pid → threads of it seen earlier in the run that have
-    exited (a chain that ends at nobody in such a process ends at a dead thread)."""
+    exited (a chain that ends at nobody in such a process ends at a dead thread); `deaths`:
+    the processes of the run seen ending badly (a chain through a shared mapping one of
+    them shared, that ends in a cycle or at nobody, ends at that death)."""
+    found = _chain(snap, waits, start, root, closed, gone)
+    if found.end in (WakeEnd.CYCLE, WakeEnd.NOBODY) and deaths:
+        dead = _dead_mapper(found.links, waits, deaths)
+        if dead is not None:
+            found.end, found.end_what = dead
+            found.end_pid = found.end_tid = None
+    return found
+
+
+def _chain(
+    snap: Snapshot,
+    waits: Mapping[Key, Wait],
+    start: Key,
+    root: int,
+    closed: Collection[Key],
+    gone: Mapping[int, Sequence[int]] | None,
+) -> WakeChain:
     threads = _threads(snap)
     live = _live(snap)
     alive = _alive(live)
@@ -130,6 +191,12 @@ def chain(
         if w is None:
             return WakeChain(links, WakeEnd.DEAD, "exited", *key, closed=closed_pairs)
         ended = _end_of(w, th)
+        if ended is not None and ended[0] is WakeEnd.LATE:
+            # who sleeps, and how it belongs to the run: the end is what holds the chain
+            name = th.name if th is not None else names.get(key[0], "?")
+            note = _note(key[0], snap, root)
+            what = f"pid {key[0]} ({name}) sleeps{f' [{note}]' if note else ''}: {ended[1]}"
+            return WakeChain(links, ended[0], what, *key, closed=closed_pairs)
         if ended is not None:
             return WakeChain(links, ended[0], ended[1], *key, closed=closed_pairs)
         seen.append(key)

@@ -189,9 +189,20 @@ def lock_facts(
             _say(facts, key, f"{named}; only the tree holds the file", wakers)
 
 
-def futex_facts(facts: TreeFacts, snap: Snapshot, futex_nr: int | None) -> None:
-    """Mutex owners (sampling.locks: read from the mutex in memory) for the untimed futex
-    waits of the tree, and the wakers of futexes in shared mappings."""
+# scan({(dev, inode)}) → {(dev, inode): [pids outside the tree mapping it shared]}
+MappedOutside = Callable[[set[tuple[str, int]]], dict[tuple[str, int], list[int]]]
+
+
+def futex_facts(
+    facts: TreeFacts,
+    snap: Snapshot,
+    futex_nr: int | None,
+    mapped_outside: MappedOutside | None = None,
+) -> None:
+    """Mutex owners (sampling.locks: read from the mutex in memory) for the futex waits of
+    the tree, and the wakers of futexes in shared mappings: the processes mapping the same
+    file or segment, when `mapped_outside` finds none outside the tree (None: not asked,
+    the shared futexes stay unresolved)."""
     if futex_nr is None:
         return
     tid_pid = {t.tid: p.pid for p in snap.processes for t in p.threads}
@@ -207,8 +218,7 @@ def futex_facts(facts: TreeFacts, snap: Snapshot, futex_nr: int | None) -> None:
         for w in locks.process_waits(
             proc.pid, proc.threads, python=proc.is_python, shared_owners=all_tids
         ):
-            if w.timed:
-                continue
+            # a timed wait's owner too: a wait past the run's limit counts as untimed
             key = (proc.pid, w.tid)
             if w.what.is_mutex and w.owner is not None and w.owner in tid_pid:
                 facts.owners[key] = (tid_pid[w.owner], w.owner)
@@ -222,13 +232,19 @@ def futex_facts(facts: TreeFacts, snap: Snapshot, futex_nr: int | None) -> None:
             if not found.shared:
                 facts.futex_wakers[(proc.pid, addr)] = (proc.pid,)
                 continue
-            # a process outside the tree mapping the same file may wake it: not scanned
-            # (every process's maps); a shared futex stays unresolved unless the file is
-            # gone from the file system (deleted: only those who map it can reach it)
-            if found.path.endswith("(deleted)") or found.path.startswith("/dev/zero"):
-                mappers = [
-                    p.pid
-                    for p in snap.processes
-                    if wakefacts.maps_file(p.pid, found.dev, found.inode)
-                ]
-                facts.futex_wakers[(proc.pid, addr)] = tuple(sorted(mappers))
+            # a shared mapping (a POSIX semaphore, multiprocessing's locks, a process-shared
+            # pthread object, a SysV segment): the processes that map the same file or
+            # segment could wake it; resolved when none of them is outside the tree
+            page = (found.dev, found.inode)
+            mappers = [p.pid for p in snap.processes if wakefacts.maps_file(p.pid, *page)]
+            where = found.path or "an anonymous shared mapping"
+            away = [p for p in (mapped_outside({page}).get(page, []) if mapped_outside else [])]
+            if mapped_outside is None or away:
+                who = f"pid {away[0]} outside the tree maps it" if away else "not scanned"
+                facts.futex_what[(proc.pid, addr)] = f"a shared mapping of {where}; {who}"
+                continue
+            facts.futex_wakers[(proc.pid, addr)] = tuple(sorted(mappers))
+            listed = ", ".join(map(str, sorted(mappers)[:6]))
+            facts.futex_what[(proc.pid, addr)] = (
+                f"a shared mapping of {where}, mapped only by pid(s) {listed}"
+            )

@@ -29,6 +29,7 @@ from harness.sampling.model import (
     WatchInfo,
 )
 from harness.sampling.waits import ThreadWait
+from harness.vocab import EventKind
 from harness.watch import wakegraph
 from harness.watch.closedwatch import ClosedWatch, by_key, settled
 from harness.watch.housekeeping import Look, between_wakeups, library_frames, stack_check
@@ -62,6 +63,7 @@ __all__ = ["MAX_EVENTS", "WATCH_INTERVAL_S", "WatchLoop", "describe_status"]
 # costs well under 1% of a core (docs/quiescence.md has the measurement).
 WATCH_INTERVAL_S = 0.25
 RECENT_SNAPSHOTS = 24
+_Call = tuple[str, str, tuple[int, ...]]  # a thread's state, syscall and its arguments
 TIMELINE_POINTS = 120
 POINT_THREADS = 256
 OPEN_FILES = 512  # /proc files kept open (at most a quarter of the fd limit)
@@ -121,6 +123,13 @@ class WatchLoop:
         # the wake graph's closed set over consecutive looks (closedwatch), the waits as the
         # last look judged them with facts, and the threads each process has lost
         self._closed = ClosedWatch()
+        # time.monotonic() of the run's wall limit, set by the runner: a timed wait whose
+        # deadline lies past it counts as blocked (watch/deadlines.py); None: no limit
+        self.limit_at: float | None = None
+        # each thread's current call (state, syscall, arguments) and a bound on when it
+        # began: the last look that saw the thread in anything else (time.monotonic()), or
+        # None when no look did (its own start is the bound)
+        self._call_since: dict[tuple[int, int], tuple[_Call, float | None]] = {}
 
     @property
     def events(self) -> list[ProcessEvent]:
@@ -172,6 +181,7 @@ class WatchLoop:
         snap = Snapshot(t=round(now - self.launched_at, 3), processes=self.tree.walk(now))
         self.tree.note_threads(snap)
         judged, self._calls, restarted = continued(self._judged_part(snap), self.table, self._calls)
+        self._track_calls(judged)
         quiet = self._judge(judged, self._judged, output_at, restarted)
         self._judged = judged
         self.recent.append((snap, self._point(snap, quiet)))
@@ -274,7 +284,12 @@ class WatchLoop:
         start = wakegraph.start_of(snap, waits, self.root, closed)
         if start is None:
             return None
-        return wakegraph.chain(snap, waits, start, self.root, closed, self.tree.gone)
+        deaths = [
+            wakegraph.Death(e.pid, e.ppid, e.name, e.status, e.t)
+            for e in self.events
+            if e.event is EventKind.EXIT and e.status_known and (e.signal or e.exit_code)
+        ]
+        return wakegraph.chain(snap, waits, start, self.root, closed, self.tree.gone, deaths)
 
     def _confirm_stacks(
         self, excused: list[tuple[int, int]], samples: SampleSet | None
@@ -375,6 +390,23 @@ class WatchLoop:
         self._since = advance(self._since, prev, snap, quiet, out, hk)
         return quiet
 
+    def _track_calls(self, snap: Snapshot) -> None:
+        """Each thread's current call and since when, at the latest, it has been in it."""
+        prev_t = None if self._judged is None else self.launched_at + self._judged.t
+        out: dict[tuple[int, int], tuple[_Call, float | None]] = {}
+        for proc in snap.processes:
+            for th in proc.threads:
+                key = (proc.pid, th.tid)
+                call = (th.state, th.syscall, tuple(th.syscall_args))
+                seen = self._call_since.get(key)
+                if seen is not None and seen[0] == call:
+                    out[key] = seen
+                elif seen is not None:  # seen at the last look in another call
+                    out[key] = (call, prev_t)
+                else:
+                    out[key] = (call, None)
+        self._call_since = out
+
     def _read_runs(self, snap: Snapshot) -> None:
         for proc in snap.processes:
             for th in proc.threads:
@@ -397,6 +429,8 @@ class WatchLoop:
             compat,
             locked=pending_locks(first),
             futexes=True,
+            starts={key: since for key, (_, since) in self._call_since.items()},
+            limit_at=self.limit_at,
         )
         live = [p.pid for p in snap.processes if any(t.state not in "ZX" for t in p.threads)]
         io = process_io(live)

@@ -20,8 +20,8 @@ from harness.analysis.views import (
 )
 from harness.config.causes import NoParams
 from harness.process.signals import signal_name
-from harness.sampling.model import ThreadStack
-from harness.vocab import EventKind, Need
+from harness.sampling.model import ThreadStack, WakeChain
+from harness.vocab import EventKind, Need, WakeEnd
 
 # a main thread in its exit path, or joining its threads (Python's threading._shutdown).
 # Not __libc_start_call_main: it is the outermost frame of every main thread, so it would be
@@ -102,6 +102,18 @@ def openmp_after_fork(seen: Inputs, params: NoParams) -> list[Match]:
     return out
 
 
+def _held_by_sleeper(wake: WakeChain | None, pid: int) -> bool:
+    """The wake graph proves what the parent waits on held by a live process that sleeps
+    past the run's limit (a chain from the parent ending `late`): a child that died is not
+    what keeps that wait (a `sleep 600 &` holds the pipe of the shell that was killed)."""
+    return (
+        wake is not None
+        and wake.end is WakeEnd.LATE
+        and bool(wake.links)
+        and wake.links[0].pid == pid
+    )
+
+
 @detector(
     "dead-worker",
     needs=(Need.SAMPLES, Need.HISTORY),
@@ -128,6 +140,8 @@ def dead_worker(seen: Inputs, params: NoParams) -> list[Match]:
             continue
         parent = procs.get(e.ppid)
         if parent is None or pool_caller(s, parent.pid) is not None:
+            continue
+        if _held_by_sleeper(s.wake, parent.pid):
             continue
         # a wait on its own process's memory alone (a private futex: a lock, a condition)
         # is one the child could never have ended, alive or dead: the parent waits on
