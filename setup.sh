@@ -55,9 +55,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "setup: torch 2.13.0 (CPU) not installed: the doctor's torch tests will skip (and fail under CI)" >&2
   fi
   # the real-world hang corpus (tests/realworld): scikit-learn (a wheel that vendors libgomp),
-  # mpi4py with the `mpich` wheel (mpiexec and libmpi from the registry, no compiler needed)
-  if ! .venv/bin/python -m pip install -q 'scikit-learn==1.9.1' 'mpi4py==4.1.2' 'mpich==5.0.2' >>.venv/pip-install.log 2>&1; then
-    echo "setup: scikit-learn/mpi4py/mpich not installed: the corpus's cases will skip (and fail under CI)" >&2
+  # mpi4py with the `mpich` wheel (mpiexec and libmpi from the registry, no compiler needed),
+  # posix_ipc (named POSIX semaphores; built from its sdist with gcc)
+  if ! .venv/bin/python -m pip install -q 'scikit-learn==1.9.1' 'mpi4py==4.1.2' 'mpich==5.0.2' 'posix_ipc==1.3.2' >>.venv/pip-install.log 2>&1; then
+    echo "setup: scikit-learn/mpi4py/mpich/posix_ipc not installed: the corpus's cases will skip (and fail under CI)" >&2
   fi
   touch "$stamp"
 fi

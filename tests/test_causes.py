@@ -361,3 +361,16 @@ def test_cause_files_share_one_id_space(tmp_path: Path) -> None:
     second.write_text("schema_version = 1\n" + rule.format(id="one"))
     with pytest.raises(HarnessError, match=r"b\.toml.*one.*second rule.*first is in a\.toml"):
         rules_of_files([("a.toml", first), ("b.toml", second)])
+
+
+def test_a_remedy_never_advises_the_call_the_run_is_stuck_in() -> None:
+    """ipc-cycle's "Popen.communicate() instead of wait()" to a program stuck in
+    Popen.communicate is no remedy; communicate(timeout=...) is another call."""
+    from harness.analysis.causes import advises_stuck_call
+
+    advice = "read and write at once: Popen.communicate() instead of wait(), a thread"
+    assert advises_stuck_call(advice, ["Popen.communicate", "<module>"]) == "Popen.communicate"
+    assert advises_stuck_call(advice, ["Popen.wait"]) is None  # advised against
+    assert advises_stuck_call(advice, ["Queue.get", "<module>"]) is None
+    assert advises_stuck_call("use communicate(timeout=5)", ["Popen.communicate"]) is None
+    assert advises_stuck_call("call recommunicate() first", ["communicate"]) is None

@@ -7,6 +7,7 @@ whose params or template fields its detector does not declare, before any run st
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,25 @@ class Facts:
     # pin knows of no fix (or there is no pin: a watched command)
     compare: str = ""
     report_dir: Path = Path(".")
+    # the functions of the located frames (`Popen.communicate`): a remedy that recommends
+    # the very call the program is stuck in is no remedy (`advises_stuck_call`)
+    stuck_in: Sequence[str] = ()
+
+
+def advises_stuck_call(remedy: str, stuck_in: Sequence[str]) -> str | None:
+    """The call of the located frames a remedy recommends as the way out (`use
+    Popen.communicate() instead of wait()` to a program stuck in Popen.communicate), or
+    None. A call with arguments (`communicate(timeout=...)`) is another call, and one the
+    remedy advises against (`instead of wait()`) is no advice to make it."""
+    for name in stuck_in:
+        short = name.rsplit(".", 1)[-1]
+        if not short.isidentifier():
+            continue
+        for m in re.finditer(rf"(?<!\w){re.escape(short)}\(\)", remedy):
+            before = remedy[: m.start()].rstrip("`.").removesuffix(name.rsplit(".", 1)[0])
+            if not re.search(r"(instead of|rather than|not|than|avoid)\s*[`]?$", before):
+                return name
+    return None
 
 
 def diagnose(facts: Facts, rules: Sequence[Checked]) -> list[Cause]:
@@ -135,13 +155,24 @@ def _diagnose(facts: Facts, rules: Sequence[Checked]) -> list[Cause]:
                 t for t in (*rule.remedies, rule.command) if facts.compare or "{compare}" not in t
             ]
             filled = {t: t.format_map(values) for t in usable}
+            evidence = list(found.evidence)
+            remedies = []
+            for r in rule.remedies:
+                text = filled.get(r)
+                stuck = advises_stuck_call(text, facts.stuck_in) if text else None
+                if stuck is not None:
+                    evidence.append(
+                        f"a remedy left out: it advises {stuck}, where the run is stuck"
+                    )
+                elif text:
+                    remedies.append(text)
             causes.append(
                 Cause(
                     rule.id,
                     sentence,
                     rule.confidence,
-                    list(found.evidence),
-                    [filled[r] for r in rule.remedies if filled.get(r)],
+                    evidence,
+                    remedies,
                     filled.get(rule.command, ""),
                 )
             )

@@ -123,6 +123,8 @@ def _asleep(view: ThreadView) -> bool:
     catches SIGALRM or has POSIX timers (a timer *may* end it), and a deadlock in such a
     process is no idle program. A HOUSEKEEPING wait was an idle timed one by construction."""
     wait = view.wait
+    if wait is not None and wait.late_s is not None:
+        return wait.idle  # asleep on its own timer, which ends after the run's limit
     if wait is None or wait.kind not in _ASLEEP:
         return False
     return wait.idle or wait.kind is WaitKind.HOUSEKEEPING
@@ -277,7 +279,11 @@ def classify_quiescent(samples: SampleSet | None, reason: str, sigs: Signatures)
     deadlock, located by the stacks; "exit-blocked" is kept when the stacks say so (a
     deadlock at exit), and nothing that ran can be a spin."""
     verdict = classify_hang(samples, reason, sigs)
-    if verdict.mechanism not in (Mechanism.DEADLOCK, Mechanism.EXIT_BLOCKED):
+    wake = samples.wake if samples is not None else None
+    # a tree that only sleeps on timers that end after the run's limit (the chain from the
+    # waiting thread ends at such a sleep) is idle, early: not a deadlock
+    idle = verdict.mechanism is Mechanism.IDLE and wake is not None and wake.end is WakeEnd.LATE
+    if verdict.mechanism not in (Mechanism.DEADLOCK, Mechanism.EXIT_BLOCKED) and not idle:
         old = verdict.mechanism
         verdict.mechanism = Mechanism.DEADLOCK
         verdict.summary = (

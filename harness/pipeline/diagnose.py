@@ -59,6 +59,7 @@ def diagnose(
         env=report.env,
         compare=compare,
         report_dir=report.directory,
+        stuck_in=tuple(f.split(" (", 1)[0] for f in v.location_frames),
     )
     rules = causesmod.checked_rules(pin.causes if pin is not None else ())
     v.causes = causesmod.diagnose(facts, rules)
