@@ -255,12 +255,14 @@ def test_the_shipped_rules_meet_their_detectors() -> None:
         "fork-with-threads",
         # data/causes/wake.toml: the wake graph's readings, fallbacks in this order
         "held-by-departed",
+        "late-waker",
         "file-lock-cycle",
         "ipc-cycle",
         "mutex-cycle",
         "futex-cycle",
         "dead-waker",
         "polling-loop",
+        "lock-held-by-self",
         "no-waker",
     ]
     assert [c.rule.id for c in rules if c.rule.fallback] == [c.rule.id for c in rules][15:]

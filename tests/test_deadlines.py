@@ -274,3 +274,97 @@ def test_a_chain_through_a_shared_futex_ends_at_a_child_that_died_sharing_it() -
     stranger = wakegraph.Death(12, 99, "python", "killed by SIGKILL", 0.8)
     got = wakegraph.chain(snap, {(10, 10): shared}, (10, 10), 10, deaths=[stranger])
     assert got.end is WakeEnd.NOBODY
+
+
+# ---------------------------------------------------------------- polling loops
+
+SQLITE_TRACE = """\
+fcntl(6, F_SETLK, {l_type=F_RDLCK, l_whence=SEEK_SET, l_start=1073741824, l_len=1}) = 0
+newfstatat(AT_FDCWD, "/tmp/x.db-journal", {st_mode=S_IFREG|0644, st_size=512, ...}, 0) = 0
+pread64(6, "\\0\\0\\0\\1", 16, 24) = 16
+fcntl(6, F_SETLK, {l_type=F_WRLCK, l_whence=SEEK_SET, l_start=1073741825, l_len=1}) = -1 EAGAIN
+clock_nanosleep(CLOCK_REALTIME, 0, {tv_sec=0, tv_nsec=100000000}, NULL) = 0
+fcntl(6, F_SETLK, {l_type=F_WRLCK, l_whence=SEEK_SET, l_start=1073741825, l_len=1}) = -1 EAGAIN
+clock_nanosleep(CLOCK_REALTIME, 0, {tv_sec=0, tv_nsec=100000000}, NULL) = 0
+"""
+FILELOCK_TRACE = """\
+newfstatat(AT_FDCWD, "/tmp/a.lock", {st_mode=S_IFREG|0644, st_size=0, ...}, AT_SYMLINK_NOFOLLOW) = 0
+openat(AT_FDCWD, "/tmp/a.lock", O_RDWR|O_NONBLOCK|O_NOFOLLOW|O_CLOEXEC) = 4
+flock(4, LOCK_EX|LOCK_NB)               = -1 EAGAIN (Resource temporarily unavailable)
+close(4)                                = 0
+clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, {tv_sec=1964, tv_nsec=619955468}, NULL) = 0
+"""
+
+
+def test_a_trace_tells_the_lock_a_loop_is_refused_and_whether_it_only_checks() -> None:
+    from harness.sampling import polltrace
+
+    found = polltrace.parse(SQLITE_TRACE, 1.0)
+    assert found.trylocks == {(6, "fcntl", "F_SETLK"): 2} and found.only_checks()
+    found = polltrace.parse(FILELOCK_TRACE, 1.0)
+    assert found.trylocks == {(4, "flock", "LOCK_EX|LOCK_NB"): 1} and found.only_checks()
+    assert found.opened == {4: "/tmp/a.lock"}
+    # a loop that also writes has an effect: no reading
+    busy = polltrace.parse(FILELOCK_TRACE + 'write(1, "tick\\n", 5) = 5\n', 1.0)
+    assert not busy.only_checks()
+
+
+def test_a_lock_polling_loop_is_resolved_to_the_holders_of_its_lock(tmp_path: Path) -> None:
+    from harness.sampling import polltrace
+    from harness.watch import pollloops
+
+    path = tmp_path / "a.lock"
+    path.write_text("")
+    trace = polltrace.parse(FILELOCK_TRACE.replace("/tmp/a.lock", str(path)), 1.0)
+    st = path.stat()
+    held = {(wakefacts_dev(st.st_dev), st.st_ino): [77]}
+    told = pollloops.lock_target(
+        os.getpid(), trace, lambda d, i: held.get((d, i)), lambda p, fd: None
+    )
+    assert told is not None and told[1:] == (str(path), (77,))
+    assert "flock LOCK_EX|LOCK_NB → refused), held by pid 77" in told[0]
+    # nobody holds it now (the next try may succeed): no reading
+    assert pollloops.lock_target(os.getpid(), trace, lambda d, i: [], lambda p, fd: None) is None
+
+
+def wakefacts_dev(st_dev: int) -> str:
+    from harness.watch.wakefacts import dev_words
+
+    return dev_words(st_dev)
+
+
+FILELOCK_SELF = """
+import filelock, sys
+path = sys.argv[1]
+outer = filelock.FileLock(path)
+with outer:
+    print(1, flush=True)
+    filelock.FileLock(path).acquire(timeout=600)  # a second open: refused, retried
+"""
+
+
+def test_a_lock_retried_against_its_own_process_is_a_closed_set_of_one(tmp_path: Path) -> None:
+    """tox-dev/filelock#315: the loop's lock is held by its own process, whose only thread
+    is the loop: nothing could let it go (a real flock LOCK_NB loop, traced for real)."""
+    pytest.importorskip("filelock")  # a dependency of torch, installed by setup.sh
+    lock = tmp_path / "self.lock"
+    argv = [sys.executable, "-c", FILELOCK_SELF, str(lock)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline()
+        loop = WatchLoop(proc.pid, time.monotonic())
+        loop.limit_at = time.monotonic() + 60.0
+        deadline = time.monotonic() + 20  # the trace takes a second; a loaded host more
+        while time.monotonic() < deadline and loop.closed_since is None:
+            loop.take()
+            time.sleep(0.25)
+        w = by_key(loop._waits)[(proc.pid, proc.pid)]
+        assert w.kind is WaitKind.TREE and w.wakers == (proc.pid,), w.what
+        assert f"retries a lock on {lock}" in w.what
+        assert loop.closed_members == {(proc.pid, proc.pid)}
+        chain = loop.wake_chain()
+        assert chain is not None and chain.end is WakeEnd.NOBODY
+    finally:
+        loop.close()
+        proc.kill()
+        proc.wait()

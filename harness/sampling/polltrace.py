@@ -16,10 +16,12 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from harness.process import reaper
 from harness.process.tools import find_tool
 
 TRACE_S = 1.0
@@ -31,6 +33,22 @@ _RESULT = re.compile(r"= (-?\d+|0x[0-9a-f]+)(?: (E[A-Z]+))?")
 _SLEEPS = ("clock_nanosleep", "nanosleep", "select", "pselect6", "poll", "ppoll", "futex")
 
 
+# a lock tried without waiting that the kernel refused: fcntl F_SETLK / F_OFD_SETLK (a
+# POSIX or OFD lock, SQLite's and lockf's), flock LOCK_NB (filelock's, flock -n's)
+_TRYLOCK = re.compile(
+    r"^(?:\[pid\s+\d+\]\s+)?(fcntl|fcntl64|flock)\((\d+), "
+    r"(F_SETLK64|F_SETLK|F_OFD_SETLK|LOCK_[A-Z]+\|LOCK_NB|LOCK_NB\|LOCK_[A-Z]+)\b"
+    r".*= -1 (EAGAIN|EACCES|EWOULDBLOCK)"
+)
+# calls that only look (at a file, a lock, the clock): a loop of these and sleeps has no
+# effect but its check
+_LOOKS = frozenset(
+    {"newfstatat", "fstat", "stat", "lstat", "statx", "access", "faccessat", "faccessat2"}
+    | {"pread64", "lseek", "fcntl", "fcntl64", "flock", "getpid", "gettid", "clock_gettime"}
+    | {"openat", "open", "close", "read", "getppid", "sched_yield"}
+)
+
+
 @dataclass
 class PollTrace:
     """One thread's syscalls over `seconds`."""
@@ -38,6 +56,15 @@ class PollTrace:
     seconds: float
     calls: Counter[str] = field(default_factory=Counter)
     paths: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (path, call, err)
+    # (fd, call, command) of the locks it tried and was refused, and how often
+    trylocks: Counter[tuple[int, str, str]] = field(default_factory=Counter)
+    # fd → the path an open in the trace gave it (a loop that opens, tries and closes)
+    opened: dict[int, str] = field(default_factory=dict)
+
+    def only_checks(self) -> bool:
+        """Every call is a sleep or a look (a stat, a read, a lock tried): a loop with no
+        effect but its check, whose sleeps re-arm the same wait."""
+        return bool(self.calls) and all(c in _SLEEPS or c in _LOOKS for c in self.calls)
 
     def polls(self) -> bool:
         """It does something between its sleeps (tries a path, makes other calls): a loop
@@ -87,44 +114,95 @@ def parse(text: str, seconds: float) -> PollTrace:
         if m is None or m.group(1) in ("strace", "restart_syscall"):
             continue
         out.calls[m.group(1)] += 1
+        tried = _TRYLOCK.match(line)
+        if tried is not None:
+            out.trylocks[(int(tried.group(2)), tried.group(1), tried.group(3))] += 1
         found = _CALL.match(line)
         if found is not None:
             res = _RESULT.search(line)
             err = (res.group(2) or "") if res else ""
             out.paths[(found.group(2), found.group(1), err)] += 1
+            if found.group(1) in ("openat", "open") and res is not None and not err:
+                with contextlib.suppress(ValueError):
+                    out.opened[int(res.group(1))] = found.group(2)
     return out
+
+
+class Tracing:
+    """A trace of one thread under way (strace -p TID), its output in a temporary file:
+    started at once, ended by `finish` (the watch loop goes on meanwhile); `close` ends it
+    unread, on every path."""
+
+    def __init__(self, tid: int) -> None:
+        self.tid = tid
+        self.started = time.monotonic()
+        self.error = ""
+        self._out = tempfile.TemporaryFile()  # noqa: SIM115 (closed by finish or close)
+        self._proc: subprocess.Popen[bytes] | None = None
+        exe = find_tool("strace")
+        if exe is None:
+            self.error = "no strace (setup.sh installs Debian's package)"
+            return
+        argv = [exe, "-qq", "-e", "signal=none", "-s", "256", "-p", str(tid)]
+        # through the PR_SET_PDEATHSIG wrapper: a harness (or a pytest watcher) killed while
+        # a trace is under way takes the tracer with it, and the kernel detaches the thread
+        status_r, status_w = os.pipe()
+        try:
+            try:
+                self._proc = subprocess.Popen(
+                    reaper.pdeathsig_argv(argv, status_w),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=self._out,
+                    start_new_session=True,
+                    pass_fds=(status_w,),
+                )
+            finally:
+                os.close(status_w)  # the child's copy is its own: EOF once it exec'd
+            failed = reaper.exec_status(status_r)
+            if failed is not None:
+                self.error = f"strace: {os.strerror(failed)}"
+        except OSError as exc:
+            self.error = f"strace: {exc}"
+        finally:
+            os.close(status_r)
+
+    def finish(self) -> PollTrace | str:
+        """Detach (SIGINT: the thread goes on untouched) and read what was traced."""
+        seconds = time.monotonic() - self.started
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(signal.SIGINT)
+            try:
+                self._proc.wait(timeout=_DETACH_S)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout=_DETACH_S)
+        self._out.seek(0)
+        text = self._out.read(_MAX_BYTES).decode("utf-8", "replace")
+        self.close()
+        if self.error:
+            return self.error
+        if "Operation not permitted" in text and "attach" in text:
+            return "strace: ptrace refused"
+        return parse(text, seconds)
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=_DETACH_S)
+        self._out.close()
 
 
 def trace(tid: int, seconds: float = TRACE_S) -> PollTrace | str:
     """The thread's syscalls for `seconds`, or why they could not be traced."""
-    exe = find_tool("strace")
-    if exe is None:
-        return "no strace (setup.sh installs Debian's package)"
-    argv = [exe, "-qq", "-e", "signal=none", "-s", "256", "-p", str(tid)]
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return f"strace: {exc}"
+    tracing = Tracing(tid)
+    if tracing.error:
+        tracing.close()
+        return tracing.error
     try:
         time.sleep(seconds)
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGINT)  # detach: the thread goes on untouched
-        try:
-            _, err = proc.communicate(timeout=_DETACH_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate(timeout=_DETACH_S)
+        return tracing.finish()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=_DETACH_S)
-    text = err[:_MAX_BYTES].decode("utf-8", "replace")
-    if "Operation not permitted" in text and "attach" in text:
-        return "strace: ptrace refused"
-    return parse(text, seconds)
+        tracing.close()

@@ -36,12 +36,20 @@ def _seen(snap: Snapshot, keys: Collection[Key]) -> dict[Key, _Seen]:
 
 
 def moved(
-    before: dict[Key, _Seen], after: dict[Key, _Seen], runs: bool = True, cpu_slack: float = 0.0
+    before: dict[Key, _Seen],
+    after: dict[Key, _Seen],
+    runs: bool = True,
+    cpu_slack: float = 0.0,
+    loops: Collection[Key] = (),
 ) -> str | None:
-    """Why the set is not as it was (None: unchanged)."""
+    """Why the set is not as it was (None: unchanged). `loops`: polling loops resolved to
+    the lock they poll (watch/pollloops.py): they wake by design, and the reading itself is
+    dropped when one does anything else."""
     if before.keys() != after.keys():
         return "a thread of the set exited"
     for key, (state, nr, args, cpu, count) in after.items():
+        if key in loops:
+            continue
         b = before[key]
         if (state, nr, args) != b[:3]:
             return f"tid {key[1]} changed what it waits on"
@@ -60,16 +68,22 @@ class ClosedWatch:
     since: float | None = None
     looks: int = 0
     _last: dict[Key, _Seen] = field(default_factory=dict)
+    _loops: frozenset[Key] = frozenset()  # the set's resolved polling loops
 
     def reset(self) -> None:
         self.members, self.since, self.looks, self._last = frozenset(), None, 0, {}
 
-    def look(self, snap: Snapshot, closed: frozenset[Key]) -> None:
+    def look(self, snap: Snapshot, closed: frozenset[Key], loops: Collection[Key] = ()) -> None:
         if not closed:
             self.reset()
             return
         now = _seen(snap, closed)
-        if closed != self.members or self.since is None or moved(self._last, now) is not None:
+        self._loops = frozenset(loops)
+        if (
+            closed != self.members
+            or self.since is None
+            or moved(self._last, now, loops=self._loops) is not None
+        ):
             self.members, self.since, self.looks = closed, snap.t, 0
         else:
             self.looks += 1
@@ -82,7 +96,8 @@ class ClosedWatch:
     def confirm(self, snap: Snapshot) -> str | None:
         """After the stack dump: the set's threads as they were at the last look, a tracer's
         attach forgiven (0.05 s of CPU, the run count)."""
-        return moved(self._last, _seen(snap, self.members), runs=False, cpu_slack=0.05)
+        after = _seen(snap, self.members)
+        return moved(self._last, after, runs=False, cpu_slack=0.05, loops=self._loops)
 
 
 def by_key(waits: list[tuple[ThreadWait, Wait]]) -> dict[tuple[int, int], Wait]:

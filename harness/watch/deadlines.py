@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from harness.sampling.model import Snapshot
 from harness.sampling.waits import (
     FUTEX_CLOCK_REALTIME,
     FUTEX_LOCK_PI,
@@ -173,3 +174,36 @@ def parse_offsets(text: str | None) -> dict[str, float]:
             except ValueError:
                 continue
     return out
+
+
+Key = tuple[int, int]
+_Call = tuple[str, str, tuple[int, ...]]  # a thread's state, syscall and its arguments
+
+
+class CallClock:
+    """Each thread's current call (state, syscall, arguments) and the bound on when it
+    began that a relative timeout counts from: the last look that saw the thread in
+    anything else (time.monotonic()), or None when no look did (its own start is then the
+    bound)."""
+
+    def __init__(self) -> None:
+        self._since: dict[Key, tuple[_Call, float | None]] = {}
+
+    def look(self, snap: Snapshot, prev_at: float | None) -> None:
+        """One look (`prev_at`: time.monotonic() of the look before, None at the first)."""
+        out: dict[Key, tuple[_Call, float | None]] = {}
+        for proc in snap.processes:
+            for th in proc.threads:
+                key = (proc.pid, th.tid)
+                call = (th.state, th.syscall, tuple(th.syscall_args))
+                seen = self._since.get(key)
+                if seen is not None and seen[0] == call:
+                    out[key] = seen
+                elif seen is not None:  # seen at the look before in another call
+                    out[key] = (call, prev_at)
+                else:
+                    out[key] = (call, None)
+        self._since = out
+
+    def starts(self) -> dict[Key, float | None]:
+        return {key: since for key, (_, since) in self._since.items()}

@@ -26,15 +26,18 @@ from harness.sampling.waits import (
 from harness.vocab import WaitKind, WaitVia
 from harness.watch.fdwaits import POLLS, TreeFacts, fd_wait, poll_wait, rw_wait
 from harness.watch.housekeeping import Look, candidate, housekeepers
+from harness.watch.restarts import RESTARTED, Calls, continued
 from harness.watch.syscalls import AARCH64, X86_64, SyscallTable, syscall_name, table_for
 
 __all__ = [
     "AARCH64",
+    "RESTARTED",
     "X86_64",
     "Calls",
     "SyscallTable",
     "TreeFacts",
     "Wait",
+    "continued",
     "syscall_name",
     "table_for",
 ]
@@ -234,66 +237,6 @@ def thread_wait(
     return Wait(OUTSIDE, name)  # accept, connect, openat, pause, sigwait, semop, ...
 
 
-# ---------------------------------------------------------------- restarted syscalls
-
-# A syscall interrupted by a signal or a stop (a tracer's attach: the harness's own stack
-# dump, py-spy, gdb) with no handler to run resumes as restart_syscall when it keeps its
-# state in the kernel's restart block: poll (timed or not), a timed futex wait, a relative
-# nanosleep. /proc then shows restart_syscall, but the argument registers are those of the
-# original call, untouched (the kernel only rewinds the instruction pointer and sets the
-# syscall number), and the thread sleeps in the same kernel function (wchan).
-Calls = dict[tuple[int, int], tuple[str, tuple[int, ...], str]]  # (pid, tid) → (nr, args, wchan)
-RESTARTED = "continued by restart_syscall after an interruption (same arguments)"
-
-
-_SLEEPS = ("nanosleep", "clock_nanosleep")
-
-
-def _same_sleep(table: SyscallTable, seen: tuple[str, tuple[int, ...], str], wchan: str) -> bool:
-    """The thread sleeps where the call it continues slept: the same wchan, except after a
-    nanosleep, whose restart (hrtimer_nanosleep_restart) shows the syscall entry as its
-    wchan; its six arguments, the same, already tie it to that call."""
-    return seen[2] == wchan or (seen[0].isdigit() and table.name(int(seen[0])) in _SLEEPS)
-
-
-def continued(
-    snap: Snapshot, table: SyscallTable | None, calls: Calls
-) -> tuple[Snapshot, Calls, set[tuple[int, int]]]:
-    """The snapshot as the rule judges it, the calls to remember for the next look, and the
-    threads judged as continued: a thread in restart_syscall whose previous look showed
-    another syscall with the same six arguments and the same wchan is that syscall,
-    continued (a poll with no timeout stays one); otherwise restart_syscall is judged as
-    such (timed: its timeout is not shown). `calls`: each thread's last syscall seen that
-    was not restart_syscall, with its arguments and wchan."""
-    if table is None:
-        return snap, {}, set()
-    memory: Calls = {}
-    restarted: set[tuple[int, int]] = set()
-    procs = []
-    for proc in snap.processes:
-        threads = []
-        for th in proc.threads:
-            key = (proc.pid, th.tid)
-            if th.state != "S" or not th.syscall.isdigit() or len(th.syscall_args) < 6:
-                threads.append(th)
-                continue
-            args = tuple(th.syscall_args)
-            if table.name(int(th.syscall)) != "restart_syscall":
-                memory[key] = (th.syscall, args, th.wchan)
-                threads.append(th)
-                continue
-            seen = calls.get(key)
-            if seen is not None and seen[1] == args and _same_sleep(table, seen, th.wchan):
-                memory[key] = seen
-                restarted.add(key)
-                th = replace(th, syscall=seen[0])
-            threads.append(th)
-        procs.append(replace(proc, threads=threads))
-    if not restarted:
-        return snap, memory, restarted
-    return replace(snap, processes=procs), memory, restarted
-
-
 # ---------------------------------------------------------------- the tree
 
 
@@ -340,17 +283,25 @@ def is_blocked(waits: Sequence[tuple[ThreadWait, Wait]]) -> bool:
 
 
 def needs_facts(
-    waits: Sequence[tuple[ThreadWait, Wait]], withdrawn: Collection[tuple[int, int]] = ()
+    waits: Sequence[tuple[ThreadWait, Wait]],
+    withdrawn: Collection[tuple[int, int]] = (),
+    late: Collection[tuple[int, int]] = (),
 ) -> bool:
     """Nothing but facts stands in the way: every thread waits on the tree, is done, is a
-    housekeeping candidate (`housekeeping.candidate`: not a main thread, not withdrawn) or
-    waits on fds not looked at yet, and at least one waits on the tree or on such fds. Only
+    housekeeping candidate (`housekeeping.candidate`: not a main thread, not withdrawn),
+    waits on fds not looked at yet, or is in a timed wait whose deadline a light read found
+    past the run's limit (`late`), and at least one waits on the tree or on such fds. Only
     then does the watch loop read the facts (a Pool whose workers sleep in their main
     threads costs no fd scan)."""
-    if not any(w.kind == TREE or w.pending for _, w in waits):
+
+    def pending(tw: ThreadWait, w: Wait) -> bool:
+        # a timed wait asks for the facts only when its deadline was found past the limit
+        return bool(w.pending) and (w.pending != "deadline" or (tw.pid, tw.tid) in late)
+
+    if not any(w.kind == TREE or pending(tw, w) for tw, w in waits):
         return False
     return all(
-        w.kind in (TREE, DONE) or candidate((tw.pid, tw.tid), w, withdrawn) or w.pending
+        w.kind in (TREE, DONE) or candidate((tw.pid, tw.tid), w, withdrawn) or pending(tw, w)
         for tw, w in waits
     )
 

@@ -12,9 +12,9 @@ import functools
 import os
 import struct
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from harness.sampling import procfs
+from harness.sampling import procfs, timers
 from harness.sampling.model import ProcessSample, Snapshot
 from harness.watch import deadlines, wakefacts, wakeread
 from harness.watch.fdwaits import POLLIN, POLLOUT, POLLPRI, TreeFacts, pipe_inode, socket_inode
@@ -162,7 +162,7 @@ class FactReader:
         tree = [p.pid for p in snap.processes]
         self._expire(frozenset(tree))
         for proc in snap.processes:
-            sources = procfs.timer_sources(proc.pid)
+            sources = timers.timer_sources(proc.pid)
             if sources:
                 facts.timers[proc.pid] = ", ".join(dict.fromkeys(s.why for s in sources))
                 facts.signalled.update(signal_targets(proc, sources))
@@ -268,7 +268,7 @@ class FactReader:
 
 
 def signal_targets(
-    proc: ProcessSample, sources: Sequence[procfs.TimerSource]
+    proc: ProcessSample, sources: Sequence[timers.TimerSource]
 ) -> dict[tuple[int, int], str]:
     """The threads of `proc` a timer's signal may interrupt (docs/quiescence.md, "Signals"):
     a signal for one thread goes to it; one for the process goes to its main thread when
@@ -276,7 +276,7 @@ def signal_targets(
     first), else to any thread that does not block it. A thread whose mask blocks the
     signal is never interrupted by it."""
     live = [t.tid for t in proc.threads if t.state not in ("Z", "X")]
-    masks = {tid: procfs.blocked_signals(proc.pid, tid) for tid in live}
+    masks = {tid: timers.blocked_signals(proc.pid, tid) for tid in live}
 
     def takes(tid: int, signo: int) -> bool:
         mask = masks.get(tid)
@@ -301,14 +301,18 @@ def read_deadlines(
     table: SyscallTable,
     starts: Mapping[tuple[int, int], float | None],
     limit_at: float | None,
+    only: Collection[tuple[int, int]] | None = None,
 ) -> None:
-    """The deadline of every timed wait of the tree (watch/deadlines.py) into facts."""
+    """The deadline of every timed wait of the tree (watch/deadlines.py), or of the threads
+    `only`, into facts."""
     offsets: dict[int, dict[str, float]] = {}
     for proc in snap.processes:
         if proc.pid in facts.compat:
             continue
         for th in proc.threads:
             if th.state != "S" or not th.syscall.isdigit() or len(th.syscall_args) < 6:
+                continue
+            if only is not None and (proc.pid, th.tid) not in only:
                 continue
             name = table.name(int(th.syscall))
             if name not in deadlines.TIMED_CALLS:
@@ -327,6 +331,22 @@ def read_deadlines(
             found = deadlines.deadline(timeout, since, limit_at, offsets[pid])
             if found is not None:
                 facts.deadlines[key] = found
+
+
+def late_waits(
+    snap: Snapshot,
+    table: SyscallTable | None,
+    timed: Collection[tuple[int, int]],
+    starts: Mapping[tuple[int, int], float | None],
+    limit_at: float | None,
+) -> set[tuple[int, int]]:
+    """Of the threads `timed`, those whose timed wait ends only after the run's limit, read
+    alone (no other fact); none without a limit (watch/deadlines.py)."""
+    if table is None or limit_at is None:
+        return set()
+    found = TreeFacts(compat={p.pid for p in snap.processes if procfs.is_32bit(p.pid)})
+    read_deadlines(found, snap, table, starts, limit_at, only=timed)
+    return {key for key, d in found.deadlines.items() if d.past}
 
 
 def process_io(pids: Iterable[int]) -> dict[int, tuple[int, int]] | None:

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.sampling.model import Snapshot, ThreadSample, WakeChain, WakeLink
+from harness.sampling.model import ProcessEvent, Snapshot, ThreadSample, WakeChain, WakeLink
 from harness.sampling.waits import Wait
-from harness.vocab import WaitKind, WaitVia, WakeEnd
+from harness.vocab import EventKind, WaitKind, WaitVia, WakeEnd
 
 Key = tuple[int, int]
 MAX_LINKS = 16  # a chain is cut here (a report line, not a graph dump)
@@ -121,6 +121,15 @@ class Death:
     name: str
     status: str  # "killed by SIGKILL", "exited 1"
     t: float  # seconds since launch
+
+
+def deaths(events: Sequence[ProcessEvent]) -> list[Death]:
+    """The processes the watch saw end badly (a signal, a non-zero exit), from its events."""
+    return [
+        Death(e.pid, e.ppid, e.name, e.status, e.t)
+        for e in events
+        if e.event is EventKind.EXIT and e.status_known and (e.signal or e.exit_code)
+    ]
 
 
 def _dead_mapper(

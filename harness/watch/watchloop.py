@@ -29,10 +29,12 @@ from harness.sampling.model import (
     WatchInfo,
 )
 from harness.sampling.waits import ThreadWait
-from harness.vocab import EventKind
 from harness.watch import wakegraph
 from harness.watch.closedwatch import ClosedWatch, by_key, settled
+from harness.watch.deadlines import CallClock
+from harness.watch.history import TIMELINE_POINTS, OlderPoints, point
 from harness.watch.housekeeping import Look, between_wakeups, library_frames, stack_check
+from harness.watch.pollloops import PollLoops, substitute
 from harness.watch.quiescence import (
     BLOCKED_KINDS,
     HOUSEKEEPING,
@@ -48,24 +50,20 @@ from harness.watch.quiescence import (
     pending_fds,
     pending_locks,
     pending_polls,
-    syscall_name,
     table_for,
     tree_waits,
     woke,
 )
-from harness.watch.treefacts import FactReader, process_io
+from harness.watch.treefacts import FactReader, late_waits, process_io
 from harness.watch.treewalk import MAX_EVENTS, TreeWalk, describe_status
 
-__all__ = ["MAX_EVENTS", "WATCH_INTERVAL_S", "WatchLoop", "describe_status"]
+__all__ = ["MAX_EVENTS", "TIMELINE_POINTS", "WATCH_INTERVAL_S", "WatchLoop", "describe_status"]
 
 # 0.25 s: the quiescence verdict comes at most this late, the last second before a trigger
 # holds 4-5 snapshots (CPU use per thread without sampling anew), and a 64-thread tree
 # costs well under 1% of a core (docs/quiescence.md has the measurement).
 WATCH_INTERVAL_S = 0.25
 RECENT_SNAPSHOTS = 24
-_Call = tuple[str, str, tuple[int, ...]]  # a thread's state, syscall and its arguments
-TIMELINE_POINTS = 120
-POINT_THREADS = 256
 OPEN_FILES = 512  # /proc files kept open (at most a quarter of the fd limit)
 ACTIVITY_WINDOW_S = 1.0  # the history a trigger's sample takes its CPU activity from
 CONFIRM_TRIES = 6  # a tracer that just detached may leave a thread runnable for a moment
@@ -96,8 +94,7 @@ class WatchLoop:
         else:
             self.quiescence = f"on ({self.table.arch})"
         self.recent: deque[tuple[Snapshot, TimelinePoint]] = deque(maxlen=RECENT_SNAPSHOTS)
-        self.history: list[TimelinePoint] = []
-        self._spacing = interval
+        self._older = OlderPoints(interval)
         self.notes: list[str] = []
         self.snapshots = 0
         self.cpu_s = 0.0
@@ -126,10 +123,10 @@ class WatchLoop:
         # time.monotonic() of the run's wall limit, set by the runner: a timed wait whose
         # deadline lies past it counts as blocked (watch/deadlines.py); None: no limit
         self.limit_at: float | None = None
-        # each thread's current call (state, syscall, arguments) and a bound on when it
-        # began: the last look that saw the thread in anything else (time.monotonic()), or
-        # None when no look did (its own start is the bound)
-        self._call_since: dict[tuple[int, int], tuple[_Call, float | None]] = {}
+        # each thread's current call and a bound on when it began (watch/deadlines.py)
+        self._calls_since = CallClock()
+        # polling loops resolved to the lock they poll (watch/pollloops.py)
+        self._polls = PollLoops()
 
     @property
     def events(self) -> list[ProcessEvent]:
@@ -181,11 +178,12 @@ class WatchLoop:
         snap = Snapshot(t=round(now - self.launched_at, 3), processes=self.tree.walk(now))
         self.tree.note_threads(snap)
         judged, self._calls, restarted = continued(self._judged_part(snap), self.table, self._calls)
-        self._track_calls(judged)
+        prev_t = None if self._judged is None else self.launched_at + self._judged.t
+        self._calls_since.look(judged, prev_t)
         quiet = self._judge(judged, self._judged, output_at, restarted)
         self._judged = judged
-        self.recent.append((snap, self._point(snap, quiet)))
-        self._keep_history(self.recent[-1][1])
+        self.recent.append((snap, point(snap, quiet, self.table)))
+        self._older.keep(self.recent[-1][1])
         self.snapshots += 1
         self.cpu_s += time.thread_time() - cpu0
         return snap
@@ -204,6 +202,7 @@ class WatchLoop:
         self.tree.root_exited(returncode, now)
 
     def close(self) -> None:
+        self._polls.close()
         self.files.close()
 
     def reset_quiet(self) -> None:
@@ -245,7 +244,7 @@ class WatchLoop:
         self._read_runs(snap)  # housekeeping is judged by its wake-ups, here too
         first = tree_waits(snap, self.table, restarted=restarted)
         waits, _ = self._judge_facts(snap, first, list(self._looks), restarted)
-        return snap, waits
+        return snap, substitute(snap, waits, self._polls.targets())
 
     def confirm_closed(self) -> str | None:
         """After the stack dump, for a closed-set trigger: None when the set is still closed
@@ -278,17 +277,17 @@ class WatchLoop:
         snap = self._judged
         if snap is None or self.table is None:
             return None
-        # a timed loop caught between two wake-ups is asleep on its timer: the chain ends timed
-        waits = {**by_key(self._waits), **(self._between_wakeups() if slept is None else slept)}
+        # a timed loop caught between two wake-ups is asleep on its timer: the chain ends
+        # timed (unless it is a polling loop resolved to the lock it polls)
+        slept = self._between_wakeups() if slept is None else slept
+        loops = self._polls.targets()
+        slept = {k: w for k, w in slept.items() if k not in loops}
+        waits = {**by_key(self._waits), **slept}
         closed = self._closed.members or wakegraph.closed_set(snap, waits)
         start = wakegraph.start_of(snap, waits, self.root, closed)
         if start is None:
             return None
-        deaths = [
-            wakegraph.Death(e.pid, e.ppid, e.name, e.status, e.t)
-            for e in self.events
-            if e.event is EventKind.EXIT and e.status_known and (e.signal or e.exit_code)
-        ]
+        deaths = wakegraph.deaths(self.events)
         return wakegraph.chain(snap, waits, start, self.root, closed, self.tree.gone, deaths)
 
     def _confirm_stacks(
@@ -316,7 +315,8 @@ class WatchLoop:
         """Put the timeline, the events and what each thread waits on into a sample set."""
         samples.timeline = self.timeline()
         samples.events = list(self.events)
-        slept = self._between_wakeups()
+        loops = self._polls.targets()
+        slept = {k: w for k, w in self._between_wakeups().items() if k not in loops}
         samples.waits = [_asleep(tw, slept.get((tw.pid, tw.tid))) for tw, _ in self._waits]
         for tw in samples.waits:
             if tw.kind == HOUSEKEEPING:  # the evidence says which threads were excused
@@ -346,6 +346,11 @@ class WatchLoop:
         first = recent[0].t if recent else float("inf")
         return [p for p in self.history if p.t < first] + recent
 
+    @property
+    def history(self) -> list[TimelinePoint]:
+        """The older points kept (watch/history.py), oldest first."""
+        return self._older.points
+
     def _judged_part(self, snap: Snapshot) -> Snapshot:
         """The snapshot without the ignored threads (the rule's view of it)."""
         if not self.ignore:
@@ -369,43 +374,43 @@ class WatchLoop:
             return False
         waits = tree_waits(snap, self.table, restarted=restarted)
         look = Look(snap, {(tw.pid, tw.tid): w for tw, w in waits})
+        late: set[tuple[int, int]] = set()
+        timed = {(tw.pid, tw.tid) for tw, w in waits if w.pending == "deadline"}
+        # a timed wait past the run's limit is read alone (16 bytes), and only when it could
+        # decide the facts: every other thread on the tree, done or housekeeping
+        if self.judging and timed and needs_facts(waits, self._withdrawn, timed):
+            late = late_waits(snap, self.table, timed, self._calls_since.starts(), self.limit_at)
+            # and a timed loop not traced yet may be a polling loop (watch/pollloops.py)
+            late |= self._polls.untraced(timed, self._withdrawn) | (timed & self._polls.keys())
         with_facts = self.judging and (
-            needs_facts(waits, self._withdrawn) or settled(waits, prev, snap)
+            needs_facts(waits, self._withdrawn, late) or settled(waits, prev, snap)
         )
         if with_facts:
             self._read_runs(snap)
             waits, look = self._judge_facts(snap, waits, list(self._looks), restarted)
+        if self.judging and (with_facts or self._polls.busy):
+            # a timed loop beside a blocked tree: traced once, resolved to the lock it polls
+            self._polls.look(snap, by_key(waits), [p.pid for p in snap.processes], self._withdrawn)
+            waits = substitute(snap, waits, self._polls.targets())
         self._waits = waits
         self._looks.append(look)
         if not self.judging:
             return False
         # the wake graph: a set of threads only each other can wake, judged on facts only
         closed = wakegraph.closed_set(snap, by_key(waits)) if with_facts else frozenset()
-        self._closed.look(snap, closed)
+        loops = set(self._polls.targets())
+        self._closed.look(snap, closed, loops)
         quiet = is_blocked(waits)
         out = None if output_at is None else output_at - self.launched_at
-        hk = [(tw.pid, tw.tid) for tw, _ in waits if tw.kind == HOUSEKEEPING]
+        hk = [
+            (tw.pid, tw.tid)
+            for tw, _ in waits
+            if tw.kind == HOUSEKEEPING or (tw.pid, tw.tid) in loops
+        ]
         # the outside scan is not dropped on a look that is not quiet: it expires by itself
         # when the tree's processes change, and after treefacts.OUTSIDE_REFRESH_S
         self._since = advance(self._since, prev, snap, quiet, out, hk)
         return quiet
-
-    def _track_calls(self, snap: Snapshot) -> None:
-        """Each thread's current call and since when, at the latest, it has been in it."""
-        prev_t = None if self._judged is None else self.launched_at + self._judged.t
-        out: dict[tuple[int, int], tuple[_Call, float | None]] = {}
-        for proc in snap.processes:
-            for th in proc.threads:
-                key = (proc.pid, th.tid)
-                call = (th.state, th.syscall, tuple(th.syscall_args))
-                seen = self._call_since.get(key)
-                if seen is not None and seen[0] == call:
-                    out[key] = seen
-                elif seen is not None:  # seen at the last look in another call
-                    out[key] = (call, prev_t)
-                else:
-                    out[key] = (call, None)
-        self._call_since = out
 
     def _read_runs(self, snap: Snapshot) -> None:
         for proc in snap.processes:
@@ -429,33 +434,12 @@ class WatchLoop:
             compat,
             locked=pending_locks(first),
             futexes=True,
-            starts={key: since for key, (_, since) in self._call_since.items()},
+            starts=self._calls_since.starts(),
             limit_at=self.limit_at,
         )
         live = [p.pid for p in snap.processes if any(t.state not in "ZX" for t in p.threads)]
         io = process_io(live)
         return judge(snap, self.table, facts, history, io, restarted, self._withdrawn)
-
-    # ------------------------------------------------------------ the timeline
-
-    def _point(self, snap: Snapshot, quiet: bool) -> TimelinePoint:
-        rows = [
-            (p.pid, t.tid, t.state, round(t.cpu_time, 2), t.wchan, syscall_name(t, self.table))
-            for p in snap.processes
-            for t in p.threads
-        ]
-        rows.sort(key=lambda r: (r[0], r[1]))
-        extra = max(0, len(rows) - POINT_THREADS)
-        return TimelinePoint(snap.t, quiet, rows[:POINT_THREADS], extra)
-
-    def _keep_history(self, point: TimelinePoint) -> None:
-        """Older points at a spacing that doubles whenever the history is full."""
-        if self.history and point.t - self.history[-1].t < self._spacing - 1e-6:
-            return
-        self.history.append(point)
-        if len(self.history) > TIMELINE_POINTS:
-            self.history = self.history[::2]
-            self._spacing *= 2
 
 
 def _asleep(tw: ThreadWait, w: Wait | None) -> ThreadWait:

@@ -27,6 +27,10 @@ from harness.vocab import EventKind, Need
 # CPU share between looks above which a rank counts as working (a blocked thread uses ~0)
 ACTIVE_FRACTION = 0.05
 _C10D = re.compile(r"torch/distributed/distributed_c10d\.py$")
+# torch modules that call collectives through the bindings, not through distributed_c10d,
+# and the words of a function that makes one
+_WRAPPERS = re.compile(r"torch/nn/parallel/distributed\.py$|torch/distributed/.*\.py$")
+_VERB = re.compile(r"broadcast|all_?reduce|all_?gather|reduce_?scatter|barrier|all_to_all")
 
 
 @dataclass(frozen=True)
@@ -68,12 +72,23 @@ def _rank_processes(s: SampleSet, launcher: str) -> dict[int, tuple[ProcessRank,
 
 
 def _collective(stacks: Sequence[ThreadStack]) -> tuple[str, ThreadStack | None]:
-    """The c10d call a process is in (its outermost distributed_c10d.py frame), and the
-    stack it is in; ("", main thread's stack) when in none."""
+    """The c10d call a process is in (its outermost distributed_c10d.py frame), or the
+    collective a torch wrapper makes through the C++ bindings directly (DDP's forward
+    broadcasting its buffers: `_distributed_broadcast_coalesced` in
+    torch/nn/parallel/distributed.py, innermost first), and the stack it is in; ("", main
+    thread's stack) when in none."""
     for st in stacks:
         calls = [f.function for f in st.frames if f.file and _C10D.search(f.file)]
         if calls:
             return calls[-1].rsplit(".", 1)[-1], st
+    for st in stacks:
+        wrapped = [
+            f.function.rsplit(".", 1)[-1]
+            for f in st.frames
+            if f.file and _WRAPPERS.search(f.file) and _VERB.search(f.function)
+        ]
+        if wrapped:
+            return wrapped[0], st
     main = next((st for st in stacks if st.tid == st.pid), stacks[0] if stacks else None)
     return "", main
 

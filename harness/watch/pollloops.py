@@ -1,0 +1,264 @@
+"""Polling loops resolved to what they poll (docs/quiescence.md, "Polling loops"): a thread
+that wakes on a timer, tries a lock without waiting (fcntl F_SETLK, F_OFD_SETLK, flock
+LOCK_NB), is refused, and sleeps again at the same site with no other effect waits on that
+lock as surely as a thread in F_SETLKW: its wakers are the lock's holders (/proc/locks),
+the poller's own process included (a second handle on a lock file the process holds).
+
+While the rest of the tree is blocked, each such loop is traced once for TRACE_S (strace,
+under way between looks: the watch loop goes on) and, when the trace shows only sleeps and
+looks (stats, reads, the refused lock) and every holder is in the tree, the thread's wait
+becomes that lock: on the tree, resolved, a member of a closed set like any other. The
+reading holds while the thread stays in the same loop: a look that finds it blocked in any
+other call, or its process writing a byte, drops it (and a later look may trace again).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from harness.sampling import procfs
+from harness.sampling.model import Snapshot
+from harness.sampling.polltrace import PollTrace, Tracing
+from harness.sampling.waits import ThreadWait, Wait
+from harness.vocab import WaitKind, WaitVia
+from harness.watch import wakefacts
+
+Key = tuple[int, int]
+TRACE_S = 1.0
+MAX_TRIES = 3  # traces of one thread in a run, at most (a loop that keeps changing its call)
+# the syscall of the loop's sleep (its number): the arguments may differ from one sleep to
+# the next (a timespec on the stack at another depth), the call does not
+_Call = str
+
+
+@dataclass(frozen=True)
+class PollTarget:
+    """What a polling loop waits on: the lock it keeps being refused, and its holders."""
+
+    call: _Call  # the sleep it re-arms
+    what: str
+    on: str  # "lock:PATH"
+    holders: tuple[int, ...]
+    wchar: int | None  # its process's bytes written when traced (an effect ends the reading)
+
+
+def lock_target(
+    pid: int,
+    found: PollTrace,
+    holders_of: Callable[[str, int], list[int] | None],
+    target_of: Callable[[int, int], str | None],
+) -> tuple[str, str, tuple[int, ...]] | None:
+    """(words, path, holders) of the one lock a trace shows the loop refused on, when the loop does
+    nothing but sleep and look; None otherwise. `holders_of(dev, inode)`: the pids holding a
+    lock on that file (None: unreadable)."""
+    if not found.trylocks or not found.only_checks():
+        return None
+    fds = {fd for fd, _, _ in found.trylocks}
+    if len(fds) != 1:
+        return None  # several locks tried: no one thing it waits on
+    (fd,) = fds
+    # the path the loop opened that fd on (it may open, try and close each time), else the
+    # fd as it stands
+    path = found.opened.get(fd) or target_of(pid, fd)
+    if path is None:
+        return None
+    if not path.startswith("/"):
+        try:
+            path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), path)
+        except OSError:
+            return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    held = holders_of(wakefacts.dev_words(st.st_dev), st.st_ino)
+    if not held:
+        return None  # free now, or unreadable: the next try may succeed
+    (_, call, command), tries = found.trylocks.most_common(1)[0]
+    every = f" every ~{found.seconds / tries:.2f}s" if tries > 1 else ""
+    who = ", ".join(map(str, sorted(set(held))[:4]))
+    what = (
+        f"retries a lock on {path}{every} ({call} {command} → refused), held by pid {who}: "
+        "a polling loop that waits on the lock"
+    )
+    return what, path, tuple(sorted(set(held)))
+
+
+def _lock_holders(dev: str, inode: int) -> list[int] | None:
+    table = wakefacts.read_locks()
+    if table is None:
+        return None
+    return [
+        lk.pid
+        for lk in table
+        if not lk.blocked and (lk.dev, lk.inode) == (dev, inode) and lk.pid > 0
+    ]
+
+
+def _wchar(pid: int) -> int | None:
+    text = procfs.read_proc(f"/proc/{pid}/io") or ""
+    for line in text.splitlines():
+        if line.startswith("wchar:"):
+            value = line.split()[1]
+            return int(value) if value.isdigit() else None
+    return None
+
+
+@dataclass
+class PollLoops:
+    """The polling loops of one run: the trace under way, and what each traced loop waits
+    on (None: traced, nothing it waits on could be told)."""
+
+    found: dict[Key, PollTarget | None] = field(default_factory=dict)
+    _calls: dict[Key, _Call] = field(default_factory=dict)  # the call each was traced in
+    _tracing: tuple[Key, _Call, Tracing] | None = None
+    traces: int = 0  # traces taken (for the cost figures)
+    _tries: dict[Key, int] = field(default_factory=dict)  # traces per thread, at most MAX_TRIES
+
+    @property
+    def busy(self) -> bool:
+        """A trace is under way or a reading stands: the next look must see to it."""
+        return self._tracing is not None or any(t is not None for t in self.found.values())
+
+    def untraced(self, timed: Collection[Key], withdrawn: Collection[Key]) -> set[Key]:
+        """The threads of `timed` a trace may still be taken of (a main thread or one
+        withdrawn, not traced in its current loop, under MAX_TRIES): while there are, the
+        watch loop reads the facts that decide whether to trace."""
+        return {
+            k
+            for k in timed
+            if (k[0] == k[1] or k in withdrawn)
+            and k not in self.found
+            and self._tries.get(k, 0) < MAX_TRIES
+        }
+
+    def keys(self) -> set[Key]:
+        """The loops resolved to a lock."""
+        return {k for k, t in self.found.items() if t is not None}
+
+    def targets(self) -> dict[Key, PollTarget]:
+        return {k: t for k, t in self.found.items() if t is not None}
+
+    def look(
+        self,
+        snap: Snapshot,
+        waits: Mapping[Key, Wait],
+        tree: Sequence[int],
+        withdrawn: Collection[Key] = (),
+    ) -> None:
+        """One look: drop the readings the look disproves, end a trace that has run its
+        course, and start one on a loop worth it (every other thread blocked). Only a main
+        thread, or one whose stack showed the program's own code (`withdrawn`), is traced:
+        another thread's timed loop is a housekeeping candidate, whose evidence (its
+        wake-ups) a tracer would blur."""
+        threads = {(p.pid, t.tid): t for p in snap.processes for t in p.threads}
+        for key, target in list(self.found.items()):
+            th = threads.get(key)
+            if th is None:
+                del self.found[key]
+                continue
+            asleep_elsewhere = th.state == "S" and th.syscall != self._calls.get(key)
+            wrote = target is not None and _wchar(key[0]) != target.wchar
+            if asleep_elsewhere and waits.get(key, Wait(WaitKind.RUNNING, "")).kind in (
+                WaitKind.TREE,
+                WaitKind.TIMED,
+                WaitKind.OUTSIDE,
+            ):
+                del self.found[key]  # it waits on something else now: another loop, or none
+            elif wrote:
+                del self.found[key]  # it had an effect: not a loop around a check alone
+        if self._tracing is not None:
+            key, call, tracing = self._tracing
+            if snap.t >= 0 and _elapsed(tracing) >= TRACE_S:
+                self._tracing = None
+                self._finish(key, call, tracing, tree)
+            return
+        for key, w in waits.items():
+            if key in self.found or w.kind is not WaitKind.TIMED or not w.idle:
+                continue
+            if self._tries.get(key, 0) >= MAX_TRIES:
+                continue
+            if key[0] != key[1] and key not in withdrawn:
+                continue
+            th = threads.get(key)
+            if th is None or th.state != "S":
+                continue
+            others = [v for k, v in waits.items() if k != key]
+            if not all(v.kind in _BLOCKED for v in others):
+                continue  # something else runs or waits outside: no closed set to find
+            call = th.syscall
+            tracing = Tracing(key[1])
+            if tracing.error:
+                tracing.close()
+                self.found[key] = None
+                continue
+            self.traces += 1
+            self._tries[key] = self._tries.get(key, 0) + 1
+            self._tracing = (key, call, tracing)
+            return
+
+    def _finish(self, key: Key, call: _Call, tracing: Tracing, tree: Sequence[int]) -> None:
+        found = tracing.finish()
+        self._calls[key] = call
+        if isinstance(found, str):
+            self.found[key] = None
+            return
+        told = lock_target(key[0], found, _lock_holders, procfs.fd_target)
+        if told is None or not set(told[2]) <= set(tree):
+            self.found[key] = None  # no lock, or a holder outside the run
+            return
+        what, path, holders = told
+        self.found[key] = PollTarget(call, what, f"lock:{path}", holders, _wchar(key[0]))
+
+    def close(self) -> None:
+        if self._tracing is not None:
+            self._tracing[2].close()
+            self._tracing = None
+
+
+_BLOCKED = (WaitKind.TREE, WaitKind.DONE, WaitKind.HOUSEKEEPING, WaitKind.TIMED)
+
+
+def _elapsed(tracing: Tracing) -> float:
+    return time.monotonic() - tracing.started
+
+
+def as_wait(target: PollTarget) -> Wait:
+    """The loop's wait, as the lock it polls: on the tree, its holders its wakers."""
+    return Wait(
+        WaitKind.TREE,
+        target.what,
+        on=target.on,
+        peers=target.holders,
+        wakers=target.holders,
+        resolved=True,
+        via=WaitVia.FILE_LOCK,
+    )
+
+
+def substitute(
+    snap: Snapshot, waits: list[tuple[ThreadWait, Wait]], loops: Mapping[Key, PollTarget]
+) -> list[tuple[ThreadWait, Wait]]:
+    """The waits with each resolved polling loop's wait turned into the lock it polls, at a
+    look that finds it asleep in its loop or between two of its wake-ups (runnable)."""
+    if not loops:
+        return waits
+    threads = {(p.pid, t.tid): t for p in snap.processes for t in p.threads}
+    out = []
+    for tw, w in waits:
+        key = (tw.pid, tw.tid)
+        target, th = loops.get(key), threads.get(key)
+        in_loop = th is not None and (
+            th.state == "R" or (target is not None and th.syscall == target.call)
+        )
+        if target is not None and in_loop and w.kind in _SUBSTITUTED:
+            w = as_wait(target)
+            tw = w.recorded(*key)
+        out.append((tw, w))
+    return out
+
+
+_SUBSTITUTED = (WaitKind.TIMED, WaitKind.RUNNING, WaitKind.TREE)
