@@ -164,6 +164,7 @@ def available(case: Case) -> str:
 
 
 def main() -> None:
+    global WALL_S
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--baseline-timeout", type=float, default=60.0, help="T of plain `timeout T`")
     ap.add_argument("--repeat-healthy", type=int, default=5, help="runs of each look-alike")
@@ -171,7 +172,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="write the Markdown table here too")
     ap.add_argument("--load", type=int, default=0, help="harness watch --load K on every run")
     ap.add_argument("--busy", type=int, default=0, help="busy loops beside the whole bench")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=WALL_S,
+        help=f"the harness's wall limit (default {WALL_S}; 600 is harness watch's own)",
+    )
     args = ap.parse_args()
+    WALL_S = int(args.timeout)
     if args.load:
         HARNESS_EXTRA[:] = ["--load", str(args.load)]
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]

@@ -8,6 +8,7 @@ run several times."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -249,7 +250,8 @@ def test_real_hangs_get_the_early_verdict(tmp_path: Path, code: str, housekeepin
     hk = [w for w in waits if w.kind is HOUSEKEEPING]
     assert len(hk) == housekeeping, waits
     for w in hk:  # the evidence names the syscall, the period seen, the CPU and the stack
-        assert "every ~0.1" in w.what and "s of CPU" in w.what, w
+        # the period as schedstat counts it: a loaded host's preemptions count as runs too
+        assert re.search(r"every ~0\.\d\ds", w.what) and "s of CPU" in w.what, w
         assert "only runtime and library code" in w.what and "beat.py" in w.what, w
         assert w.idle, w
         assert any(f"tid {w.tid} not counted" in n for n in samples.notes)

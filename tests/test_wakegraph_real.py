@@ -72,3 +72,39 @@ def test_attach_follows_a_daemon_that_left_the_tree_but_not_the_group(tmp_path: 
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
         job.wait(timeout=10)
+
+
+# a dispatcher thread raises after a moment of work; main waits for results, the worker for
+# tasks only the dispatcher would have put: a cycle the dead thread left behind (the shape
+# of tilezen/tilequeue#131 with a second waiter)
+DEAD_DISPATCHER = """
+import queue, threading, time
+tasks, results = queue.Queue(), queue.Queue()
+def dispatch():
+    time.sleep(0.6)  # reads the job list
+    raise ValueError("bad job spec")
+def work():
+    while True:
+        results.put(tasks.get() * 2)
+threading.Thread(target=dispatch, name="dispatcher").start()
+threading.Thread(target=work, name="worker", daemon=True).start()
+print("running", flush=True)
+print(results.get())
+"""
+
+
+def test_a_cycle_left_by_a_thread_that_died_ends_at_its_death(tmp_path: Path) -> None:
+    """The threads wait for each other, but the reason is the dispatcher that died (its
+    traceback in the output, its exit seen by the watch): the chain ends `dead`, not at
+    the cycle, and the cause says so."""
+    from tests.harness_cli import verdict_of, watch_cmd, watch_opts
+
+    argv = (sys.executable, "-c", DEAD_DISPATCHER)
+    report = watch_cmd(tmp_path / "r", *argv, opts=watch_opts(timeout=60)).loaded
+    v = verdict_of(report)
+    wake = samples_of(report).wake
+    assert report.trigger is Trigger.CLOSED, v.summary
+    assert wake is not None and wake.end is WakeEnd.DEAD, wake
+    assert wake.lost and "they wait for each other, after a thread of theirs died" in wake.end_what
+    assert "dispatcher: ValueError: bad job spec" in wake.end_what
+    assert [c.id for c in v.causes] == ["dead-waker"], [c.sentence for c in v.causes]

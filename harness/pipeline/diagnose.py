@@ -44,10 +44,20 @@ def diagnose(
         return
     compare = compare_command(report, pin, compare_args)
     wake = report.samples.wake if report.samples is not None else None
-    if v.kind is Kind.HANG and wake is not None and wake.end is WakeEnd.NOBODY:
-        # before the causes: the graph's readings (data/causes/wake.toml) read the end
+    if v.kind is Kind.HANG and wake is not None and wake.end in (WakeEnd.NOBODY, WakeEnd.CYCLE):
+        # before the causes: the graph's readings (data/causes/wake.toml) read the end. A
+        # helper thread that would have ended the wait died (its traceback in the output):
+        # at nobody, it is the one that could; in a cycle, the death comes before the cycle
+        # it left, when the watch saw a thread of the cycle's processes exit
         died = thread_died(report.progress.output_tail)
-        if died:  # a helper thread that would have ended the wait died before a look
+        if died and (wake.end is WakeEnd.NOBODY or wake.lost):
+            if wake.end is WakeEnd.CYCLE:
+                gone = ", ".join(f"tid {t} of pid {p}" for p, t in wake.lost[:4])
+                wake.end_what = (
+                    f"{wake.end_what}, after a thread of theirs died ({gone} exited during "
+                    "the run): what it was to do for them (a put, a set, a release) never came"
+                )
+                wake.end_pid = wake.end_tid = None
             wake.end = WakeEnd.DEAD
             wake.end_what += f"; the output shows a thread that died: {died}"
     facts = causesmod.Facts(

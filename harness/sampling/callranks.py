@@ -39,8 +39,9 @@ from harness.sampling.tools import Invocation, by_name
 from harness.vocab import StackToolName
 
 CALL = "init_process_group"
-# a frame here makes a process a candidate: a rank in a collective or at its rendezvous
-DISTRIBUTED_FRAME = re.compile(r"torch/distributed/[^/]+\.py$")
+# a frame here makes a process a candidate: a rank in a collective or at its rendezvous, or
+# in one DDP makes through the bindings (its forward's buffer broadcast)
+DISTRIBUTED_FRAME = re.compile(r"torch/distributed/[^/]+\.py$|torch/nn/parallel/distributed\.py$")
 _C10D = re.compile(r"torch/distributed/distributed_c10d\.py$")
 MAX_PROCESSES = 8  # processes whose locals are read, at most
 LOCALS_TIMEOUT_S = 3.0  # one dump, at most (0.1-0.2 s for a rank)

@@ -167,6 +167,9 @@ class WakeChain:
     # an end at a polling loop whose syscalls were traced: what it polls, in words
     # (sampling/polltrace.py); "" when not traced
     polled: str = ""
+    # [pid, tid] of threads of the chain's processes that exited while the run was watched
+    # (a helper thread that died may be what a cycle's threads wait for)
+    lost: list[list[int]] = field(default_factory=list)
 
     def text(self, calls: Mapping[tuple[int, int], str] | None = None) -> str:
         """`pid 1 tid 1 (python) waits on … held by pid 2 → … → ends: nobody: …`; with

@@ -167,6 +167,11 @@ class Tracing:
         finally:
             os.close(status_r)
 
+    @property
+    def pid(self) -> int | None:
+        """The tracer's pid (a child of this process, never a member of the run)."""
+        return self._proc.pid if self._proc is not None else None
+
     def finish(self) -> PollTrace | str:
         """Detach (SIGINT: the thread goes on untouched) and read what was traced."""
         seconds = time.monotonic() - self.started

@@ -123,6 +123,11 @@ class PollLoops:
         """A trace is under way or a reading stands: the next look must see to it."""
         return self._tracing is not None or any(t is not None for t in self.found.values())
 
+    @property
+    def tracer(self) -> int | None:
+        """The pid of the trace under way, if any."""
+        return self._tracing[2].pid if self._tracing is not None else None
+
     def untraced(self, timed: Collection[Key], withdrawn: Collection[Key]) -> set[Key]:
         """The threads of `timed` a trace may still be taken of (a main thread or one
         withdrawn, not traced in its current loop, under MAX_TRIES): while there are, the
@@ -199,6 +204,21 @@ class PollLoops:
             self._tries[key] = self._tries.get(key, 0) + 1
             self._tracing = (key, call, tracing)
             return
+
+    def judge(
+        self,
+        snap: Snapshot,
+        waits: list[tuple[ThreadWait, Wait]],
+        withdrawn: Collection[Key],
+        tools: set[int],
+    ) -> list[tuple[ThreadWait, Wait]]:
+        """One look (`look`), the tracer's pid put into `tools` (the harness's own children,
+        never the run's), and the waits with the resolved loops substituted."""
+        keyed = {(tw.pid, tw.tid): w for tw, w in waits}
+        self.look(snap, keyed, [p.pid for p in snap.processes], withdrawn)
+        if self.tracer is not None:
+            tools.add(self.tracer)
+        return substitute(snap, waits, self.targets())
 
     def _finish(self, key: Key, call: _Call, tracing: Tracing, tree: Sequence[int]) -> None:
         found = tracing.finish()

@@ -67,6 +67,9 @@ class TreeWalk:
         # this process's own children when the run started (its reaper, a load): every
         # later child of this process other than them was adopted from the run
         self.own: set[int] | None = None
+        # the harness's own tools started while the run is watched (a polling loop's
+        # tracer): children of this process, never members of the run
+        self.tools: set[int] = set()
         # a process group whose every member belongs to the run (`harness attach` on a
         # group leader: the processes that left its tree but not its group), and the last
         # scan of /proc for them (kept GROUP_SCAN_S)
@@ -115,7 +118,7 @@ class TreeWalk:
         me = os.getpid()
         for tid in procfs.task_ids(me):
             for child in procfs.task_children(me, tid) or []:
-                if child == self.root or child in adopted:
+                if child == self.root or child in adopted or child in self.tools:
                     continue
                 known = self._known.get(child)
                 seen_before = known is not None and not known.exited

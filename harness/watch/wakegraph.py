@@ -170,6 +170,8 @@ def chain(
     the processes of the run seen ending badly (a chain through a shared mapping one of
     them shared, that ends in a cycle or at nobody, ends at that death)."""
     found = _chain(snap, waits, start, root, closed, gone)
+    pids = dict.fromkeys(k.pid for k in found.links)
+    found.lost = [[pid, tid] for pid in pids for tid in (gone or {}).get(pid, [])][:16]
     if found.end in (WakeEnd.CYCLE, WakeEnd.NOBODY) and deaths:
         dead = _dead_mapper(found.links, waits, deaths)
         if dead is not None:

@@ -390,8 +390,7 @@ class WatchLoop:
             waits, look = self._judge_facts(snap, waits, list(self._looks), restarted)
         if self.judging and (with_facts or self._polls.busy):
             # a timed loop beside a blocked tree: traced once, resolved to the lock it polls
-            self._polls.look(snap, by_key(waits), [p.pid for p in snap.processes], self._withdrawn)
-            waits = substitute(snap, waits, self._polls.targets())
+            waits = self._polls.judge(snap, waits, self._withdrawn, self.tree.tools)
         self._waits = waits
         self._looks.append(look)
         if not self.judging:
