@@ -60,8 +60,7 @@ from harness.watch.treewalk import MAX_EVENTS, TreeWalk, describe_status
 __all__ = ["MAX_EVENTS", "TIMELINE_POINTS", "WATCH_INTERVAL_S", "WatchLoop", "describe_status"]
 
 # 0.25 s: the quiescence verdict comes at most this late, the last second before a trigger
-# holds 4-5 snapshots (CPU use per thread without sampling anew), and a 64-thread tree
-# costs well under 1% of a core (docs/quiescence.md has the measurement).
+# holds 4-5 snapshots, and a 64-thread tree costs well under 1% of a core (quiescence.md).
 WATCH_INTERVAL_S = 0.25
 RECENT_SNAPSHOTS = 24
 OPEN_FILES = 512  # /proc files kept open (at most a quarter of the fd limit)
@@ -376,11 +375,12 @@ class WatchLoop:
         look = Look(snap, {(tw.pid, tw.tid): w for tw, w in waits})
         late: set[tuple[int, int]] = set()
         timed = {(tw.pid, tw.tid) for tw, w in waits if w.pending == "deadline"}
-        # a timed wait past the run's limit is read alone (16 bytes), and only when it could
-        # decide the facts: every other thread on the tree, done or housekeeping
-        if self.judging and timed and needs_facts(waits, self._withdrawn, timed):
+        # a timed wait past the run's limit is read alone, and only when it could decide the
+        # facts; a timed loop may be a polling loop (watch/pollloops.py). Both only under a
+        # wall limit: a run the harness started, not attach nor the pytest plugin
+        wall = self.judging and self.limit_at is not None
+        if wall and timed and needs_facts(waits, self._withdrawn, timed):
             late = late_waits(snap, self.table, timed, self._calls_since.starts(), self.limit_at)
-            # and a timed loop not traced yet may be a polling loop (watch/pollloops.py)
             late |= self._polls.untraced(timed, self._withdrawn) | (timed & self._polls.keys())
         with_facts = self.judging and (
             needs_facts(waits, self._withdrawn, late) or settled(waits, prev, snap)
@@ -388,7 +388,7 @@ class WatchLoop:
         if with_facts:
             self._read_runs(snap)
             waits, look = self._judge_facts(snap, waits, list(self._looks), restarted)
-        if self.judging and (with_facts or self._polls.busy):
+        if wall and (with_facts or self._polls.busy):
             # a timed loop beside a blocked tree: traced once, resolved to the lock it polls
             waits = self._polls.judge(snap, waits, self._withdrawn, self.tree.tools)
         self._waits = waits
