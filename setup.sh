@@ -56,7 +56,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   fi
   # the real-world hang corpus (tests/realworld): scikit-learn (a wheel that vendors libgomp),
   # mpi4py with the `mpich` wheel (mpiexec and libmpi from the registry, no compiler needed),
-  # posix_ipc (named POSIX semaphores; built from its sdist with gcc)
+  # posix_ipc (named POSIX semaphores; a binary wheel)
   if ! .venv/bin/python -m pip install -q 'scikit-learn==1.9.1' 'mpi4py==4.1.2' 'mpich==5.0.2' 'posix_ipc==1.3.2' >>.venv/pip-install.log 2>&1; then
     echo "setup: scikit-learn/mpi4py/mpich/posix_ipc not installed: the corpus's cases will skip (and fail under CI)" >&2
   fi

@@ -224,45 +224,50 @@ class Mapping:
     path: str
 
 
-def mapping_of(pid: int, address: int) -> Mapping | None:
-    text = procfs.read_proc(f"/proc/{pid}/maps", 1 << 24)
-    if text is None:
-        return None
-    for line in text.splitlines():
-        words = line.split(maxsplit=5)
-        if len(words) < 5:
-            continue
-        lo, _, hi = words[0].partition("-")
-        try:
-            if not int(lo, 16) <= address < int(hi, 16):
+class Maps:
+    """One process's /proc/PID/maps, parsed once: the mapping an address lies in, and the
+    files and segments it maps shared (a look reads each process's maps once, however many
+    of its threads wait on futexes)."""
+
+    def __init__(self, text: str) -> None:
+        self._rows: list[tuple[int, int, Mapping]] = []
+        for line in text.splitlines():
+            words = line.split(maxsplit=5)
+            if len(words) < 5:
                 continue
-            inode = int(words[4])
-        except ValueError:
-            continue
-        path = words[5].strip() if len(words) > 5 else ""
-        return Mapping(words[1][3:4] == "s", words[3], inode, path)
-    return None
+            lo, _, hi = words[0].partition("-")
+            try:
+                row = (int(lo, 16), int(hi, 16), int(words[4]))
+            except ValueError:
+                continue
+            path = words[5].strip() if len(words) > 5 else ""
+            self._rows.append(
+                (row[0], row[1], Mapping(words[1][3:4] == "s", words[3], row[2], path))
+            )
+
+    def at(self, address: int) -> Mapping | None:
+        return next((m for lo, hi, m in self._rows if lo <= address < hi), None)
+
+    def shared(self) -> set[tuple[str, int]]:
+        """The (dev, inode) of every file or segment mapped shared."""
+        return {(m.dev, m.inode) for _, _, m in self._rows if m.shared and m.inode}
 
 
-def maps_file(pid: int, dev: str, inode: int) -> bool:
-    """`pid` maps the file (dev, inode) shared."""
+def read_maps(pid: int) -> Maps | None:
     text = procfs.read_proc(f"/proc/{pid}/maps", 1 << 24)
-    if text is None:
-        return False
-    wanted = f" {dev} {inode} "
-    return any(wanted in line + " " and line.split()[1][3:4] == "s" for line in text.splitlines())
+    return None if text is None else Maps(text)
+
+
+def mapping_of(pid: int, address: int) -> Mapping | None:
+    found = read_maps(pid)
+    return found.at(address) if found is not None else None
 
 
 def shared_pages(pid: int) -> set[tuple[str, int]]:
     """The (dev, inode) of every file or segment `pid` maps shared (empty when unreadable:
     a process whose maps cannot be read is not counted as a mapper)."""
-    text = procfs.read_proc(f"/proc/{pid}/maps", 1 << 24)
-    out: set[tuple[str, int]] = set()
-    for line in (text or "").splitlines():
-        words = line.split(maxsplit=5)
-        if len(words) >= 5 and words[1][3:4] == "s" and words[4].isdigit() and words[4] != "0":
-            out.add((words[3], int(words[4])))
-    return out
+    found = read_maps(pid)
+    return found.shared() if found is not None else set()
 
 
 def process_gone(pid: int) -> bool:

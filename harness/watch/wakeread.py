@@ -205,6 +205,17 @@ def futex_facts(
     the shared futexes stay unresolved)."""
     if futex_nr is None:
         return
+    parsed: dict[int, wakefacts.Maps | None] = {}  # each process's maps, read once a look
+
+    def _maps(pid: int) -> wakefacts.Maps | None:
+        if pid not in parsed:
+            parsed[pid] = wakefacts.read_maps(pid)
+        return parsed[pid]
+
+    def _shared(pid: int) -> set[tuple[str, int]]:
+        found = _maps(pid)
+        return found.shared() if found is not None else set()
+
     tid_pid = {t.tid: p.pid for p in snap.processes for t in p.threads}
     all_tids = set(tid_pid)
     for proc in snap.processes:
@@ -226,7 +237,8 @@ def futex_facts(
             addr, op = th.syscall_args[0], th.syscall_args[1]
             if op & FUTEX_PRIVATE_FLAG or (proc.pid, th.tid) in facts.owners:
                 continue  # private: its own process is its only waker
-            found = wakefacts.mapping_of(proc.pid, addr)
+            maps = _maps(proc.pid)
+            found = maps.at(addr) if maps is not None else None
             if found is None:
                 continue
             if not found.shared:
@@ -236,7 +248,7 @@ def futex_facts(
             # pthread object, a SysV segment): the processes that map the same file or
             # segment could wake it; resolved when none of them is outside the tree
             page = (found.dev, found.inode)
-            mappers = [p.pid for p in snap.processes if wakefacts.maps_file(p.pid, *page)]
+            mappers = [p.pid for p in snap.processes if page in _shared(p.pid)]
             where = found.path or "an anonymous shared mapping"
             away = [p for p in (mapped_outside({page}).get(page, []) if mapped_outside else [])]
             if mapped_outside is None or away:
