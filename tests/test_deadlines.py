@@ -211,8 +211,9 @@ def test_a_caught_timer_signal_wakes_only_the_thread_it_can_be_delivered_to(mask
 
 
 def test_a_shared_futex_mapped_outside_the_tree_stays_unresolved(tmp_path: Path) -> None:
-    """A process-shared semaphore in a /dev/shm file that a process outside the tree maps
-    too: that process may post it, so the wait is not the tree's alone."""
+    """A futex in a /dev/shm file: while the file has a name, anyone may map it later (not
+    resolved); once unlinked, a process outside the tree that maps it may still wake it
+    (not resolved); once that process is gone, only the waiter maps it (a closed set)."""
     name = f"/puffer-test-{os.getpid()}"
     code = textwrap.dedent(
         f"""
@@ -235,12 +236,26 @@ def test_a_shared_futex_mapped_outside_the_tree_stays_unresolved(tmp_path: Path)
         addr = ctypes.addressof(ctypes.c_int.from_buffer(m))
         libc = ctypes.CDLL(None, use_errno=True)
         print(1, flush=True)
+        if input() == "unlink":
+            os.unlink("/dev/shm{name}")
         libc.syscall(202, ctypes.c_void_p(addr), 0, 0, None, None, 0)  # FUTEX_WAIT, shared
         """
     )
-    waiter = subprocess.Popen([sys.executable, "-c", waiter_code], stdout=subprocess.PIPE)
+    argv = [sys.executable, "-c", waiter_code]
+    named = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    waiter = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert waiter.stdout is not None and waiter.stdout.readline()
+        assert named.stdin is not None and named.stdout is not None and named.stdout.readline()
+        named.stdin.write("keep\n")
+        named.stdin.flush()
+        loop = _watch(named.pid, limit_s=60.0)
+        w = by_key(loop._waits)[(named.pid, named.pid)]
+        assert not w.resolved and "a process may still open or attach it" in w.what, w.what
+        assert not loop.closed_members
+        named.kill()
+        assert waiter.stdin is not None and waiter.stdout is not None and waiter.stdout.readline()
+        waiter.stdin.write("unlink\n")
+        waiter.stdin.flush()
         loop = _watch(waiter.pid, limit_s=60.0)
         w = by_key(loop._waits)[(waiter.pid, waiter.pid)]
         assert w.kind is WaitKind.TREE and not w.resolved, w.what
@@ -255,7 +270,7 @@ def test_a_shared_futex_mapped_outside_the_tree_stays_unresolved(tmp_path: Path)
         assert "mapped only by pid(s)" in w.what
         assert loop.closed_members == {(waiter.pid, waiter.pid)}
     finally:
-        for p in (outside, waiter):
+        for p in (outside, named, waiter):
             p.kill()
             p.wait()
         Path(f"/dev/shm{name}").unlink(missing_ok=True)
@@ -329,7 +344,7 @@ def test_a_lock_polling_loop_is_resolved_to_the_holders_of_its_lock(tmp_path: Pa
     told = pollloops.lock_target(
         os.getpid(), trace, lambda d, i: held.get((d, i)), lambda p, fd: None
     )
-    assert told is not None and told[1:] == (str(path), (77,))
+    assert told is not None and told[1:3] == (str(path), (77,))
     assert "flock LOCK_EX|LOCK_NB → refused), held by pid 77" in told[0]
     # nobody holds it now (the next try may succeed): no reading
     assert pollloops.lock_target(os.getpid(), trace, lambda d, i: [], lambda p, fd: None) is None

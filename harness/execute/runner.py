@@ -348,6 +348,7 @@ def _watched(
                 trigger, reason = fired, dog.reason(fired, now)
                 progressing = dog.progressing(now)
                 if sampling.enabled:
+                    watch.stop_tracing()  # strace on a thread would refuse the stack tools
                     samples, sampling_s = _sample(proc.pid, sampling, watch, start)
                 why = attrigger.confirm(watch, fired, samples)
                 if why is not None:

@@ -12,6 +12,7 @@ sees a thread asleep, the trace sees what it wakes up to look at.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import signal
@@ -45,7 +46,7 @@ _TRYLOCK = re.compile(
 _LOOKS = frozenset(
     {"newfstatat", "fstat", "stat", "lstat", "statx", "access", "faccessat", "faccessat2"}
     | {"pread64", "lseek", "fcntl", "fcntl64", "flock", "getpid", "gettid", "clock_gettime"}
-    | {"openat", "open", "close", "read", "getppid", "sched_yield"}
+    | {"openat", "open", "close", "getppid", "sched_yield"}
 )
 
 
@@ -137,8 +138,13 @@ class Tracing:
         self.tid = tid
         self.started = time.monotonic()
         self.error = ""
-        self._out = tempfile.TemporaryFile()  # noqa: SIM115 (closed by finish or close)
         self._proc: subprocess.Popen[bytes] | None = None
+        try:
+            self._out = tempfile.TemporaryFile()  # noqa: SIM115 (closed by finish or close)
+        except OSError as exc:
+            self._out = io.BytesIO()  # type: ignore[assignment]  # nothing to read back
+            self.error = f"strace: no file for its output: {exc}"
+            return
         exe = find_tool("strace")
         if exe is None:
             self.error = "no strace (setup.sh installs Debian's package)"
@@ -182,7 +188,8 @@ class Tracing:
                 self._proc.wait(timeout=_DETACH_S)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
-                self._proc.wait(timeout=_DETACH_S)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(timeout=_DETACH_S)
         self._out.seek(0)
         text = self._out.read(_MAX_BYTES).decode("utf-8", "replace")
         self.close()

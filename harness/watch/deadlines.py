@@ -45,7 +45,7 @@ CLOCK_REALTIME, CLOCK_MONOTONIC, CLOCK_BOOTTIME = 0, 1, 7
 # clocks whose "now" this process can read as the waiter's kernel counts it (the CPU-time
 # clocks 2 and 3 count the waiter's own CPU, which a sleeper never uses: they are left out)
 _CLOCKS = {0: "realtime", 1: "monotonic", 4: "monotonic", 5: "realtime", 6: "monotonic"}
-_CLOCKS |= {7: "boottime", 8: "realtime", 9: "boottime", 11: "realtime"}
+_CLOCKS |= {7: "boottime", 8: "realtime", 9: "boottime", 11: "tai"}
 TIMER_ABSTIME = 1
 # the blocking calls that take a timeout this module reads
 TIMED_CALLS = frozenset(
@@ -114,8 +114,8 @@ def timeout_of(name: str, args: Sequence[int], read: Read) -> Timeout | None:
         return None if value is None else Timeout(value, absolute=False)
     if name == "clock_nanosleep":
         value = _timespec(read, args[2])
-        if value is None:
-            return None
+        if value is None or int(args[0]) not in _CLOCKS:
+            return None  # a CPU-time clock may run faster than the wall: no bound
         return Timeout(value, absolute=bool(args[1] & TIMER_ABSTIME), clock=int(args[0]))
     if name in ("poll", "epoll_wait", "epoll_pwait"):
         ms = _millis(args[2] if name == "poll" else args[3])
@@ -137,6 +137,8 @@ def clock_now(clock: int, offsets: dict[str, float] | None = None) -> float | No
         return None
     if kind == "realtime":
         return time.clock_gettime(time.CLOCK_REALTIME)
+    if kind == "tai":
+        return time.clock_gettime(time.CLOCK_TAI)
     base = time.clock_gettime(time.CLOCK_MONOTONIC if kind == "monotonic" else time.CLOCK_BOOTTIME)
     return base + (offsets or {}).get(kind, 0.0)
 
@@ -160,6 +162,12 @@ def deadline(
     if started_after is None:
         return None
     return Deadline(max(0.0, started_after + timeout.seconds - now), exact=False, limit_s=limit_s)
+
+
+def relative_offsets(theirs: dict[str, float], ours: dict[str, float]) -> dict[str, float]:
+    """The waiter's clock offsets as seen from here: its namespace's minus ours."""
+    keys = set(theirs) | set(ours)
+    return {k: theirs.get(k, 0.0) - ours.get(k, 0.0) for k in keys}
 
 
 def parse_offsets(text: str | None) -> dict[str, float]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harness.sampling import procfs
 from harness.sampling.model import Snapshot
@@ -28,6 +28,7 @@ from harness.watch import wakefacts
 
 Key = tuple[int, int]
 TRACE_S = 1.0
+BUSY_CPU_S = 0.05  # CPU between two looks past which a loop computes, not polls
 MAX_TRIES = 3  # traces of one thread in a run, at most (a loop that keeps changing its call)
 # the syscall of the loop's sleep (its number): the arguments may differ from one sleep to
 # the next (a timespec on the stack at another depth), the call does not
@@ -43,6 +44,8 @@ class PollTarget:
     on: str  # "lock:PATH"
     holders: tuple[int, ...]
     wchar: int | None  # its process's bytes written when traced (an effect ends the reading)
+    file: tuple[str, int] = ("", 0)  # the locked file's (dev, inode): its holders re-read
+    cpu: float = 0.0  # the thread's CPU time at the last look (a loop that computes is none)
 
 
 def lock_target(
@@ -50,10 +53,10 @@ def lock_target(
     found: PollTrace,
     holders_of: Callable[[str, int], list[int] | None],
     target_of: Callable[[int, int], str | None],
-) -> tuple[str, str, tuple[int, ...]] | None:
-    """(words, path, holders) of the one lock a trace shows the loop refused on, when the loop does
-    nothing but sleep and look; None otherwise. `holders_of(dev, inode)`: the pids holding a
-    lock on that file (None: unreadable)."""
+) -> tuple[str, str, tuple[int, ...], tuple[str, int]] | None:
+    """(words, path, holders, (dev, inode)) of the one lock a trace shows the loop refused
+    on, when the loop does nothing but sleep and look; None otherwise. `holders_of(dev,
+    inode)`: the pids holding a lock on that file (None: unreadable)."""
     if not found.trylocks or not found.only_checks():
         return None
     fds = {fd for fd, _, _ in found.trylocks}
@@ -84,7 +87,7 @@ def lock_target(
         f"retries a lock on {path}{every} ({call} {command} → refused), held by pid {who}: "
         "a polling loop that waits on the lock"
     )
-    return what, path, tuple(sorted(set(held)))
+    return what, path, tuple(sorted(set(held))), (wakefacts.dev_words(st.st_dev), st.st_ino)
 
 
 def _lock_holders(dev: str, inode: int) -> list[int] | None:
@@ -160,11 +163,22 @@ class PollLoops:
         another thread's timed loop is a housekeeping candidate, whose evidence (its
         wake-ups) a tracer would blur."""
         threads = {(p.pid, t.tid): t for p in snap.processes for t in p.threads}
+        held: dict[tuple[str, int], tuple[int, ...]] = {}
         for key, target in list(self.found.items()):
             th = threads.get(key)
             if th is None:
                 del self.found[key]
                 continue
+            if target is not None:
+                # the lock still held by the same holders (not by the loop: it got it), and
+                # the loop not computing since the last look: else the reading is over
+                if target.file not in held:
+                    held[target.file] = tuple(sorted(set(_lock_holders(*target.file) or [])))
+                busy = th.cpu_time - target.cpu > BUSY_CPU_S and target.cpu > 0
+                if held[target.file] != target.holders or busy:
+                    del self.found[key]
+                    continue
+                self.found[key] = replace(target, cpu=th.cpu_time)
             asleep_elsewhere = th.state == "S" and th.syscall != self._calls.get(key)
             wrote = target is not None and _wchar(key[0]) != target.wchar
             if asleep_elsewhere and waits.get(key, Wait(WaitKind.RUNNING, "")).kind in (
@@ -230,8 +244,9 @@ class PollLoops:
         if told is None or not set(told[2]) <= set(tree):
             self.found[key] = None  # no lock, or a holder outside the run
             return
-        what, path, holders = told
-        self.found[key] = PollTarget(call, what, f"lock:{path}", holders, _wchar(key[0]))
+        what, path, holders, file = told
+        target = PollTarget(call, what, f"lock:{path}", holders, _wchar(key[0]), file)
+        self.found[key] = target
 
     def close(self) -> None:
         if self._tracing is not None:

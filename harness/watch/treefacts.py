@@ -112,11 +112,16 @@ class FactReader:
     OUTSIDE_REFRESH_S; a pipe or socket not in it yet is scanned for at once (`reset`:
     scan afresh at the next read)."""
 
-    def __init__(self, refresh_s: float = OUTSIDE_REFRESH_S) -> None:
+    def __init__(
+        self, refresh_s: float = OUTSIDE_REFRESH_S, run_started: float = float("-inf")
+    ) -> None:
         self._outside: dict[int, tuple[list[int], list[int]]] | None = None  # pipe → (w, r)
         self._outside_sockets: dict[str, list[int]] | None = None
         self._outside_maps: dict[tuple[str, int], list[int]] | None = None
         self.refresh_s = refresh_s
+        # time.monotonic() when the run started (the watch loop's launch): a process older
+        # than it cannot have inherited a page the run made
+        self.run_started = run_started
         self._tree: frozenset[int] = frozenset()  # the tree the scan was kept for
         self._scanned_at: float | None = None  # the oldest scan kept (time.monotonic)
         self.scans = 0  # scans of the processes outside the tree (for the cost tests)
@@ -228,7 +233,18 @@ class FactReader:
             for pid in procfs.all_pids():
                 if pid in self._tree:
                     continue
-                for page in wakefacts.shared_pages(pid) & pages:
+                maps = wakefacts.read_maps(pid)
+                if maps is None:
+                    # unreadable (a sandbox's init): it may map the page only if it came
+                    # after the run started (a deleted or anonymous page is reached by
+                    # inheritance; an fd passed over a socket is not foreseen)
+                    started = procfs.thread_started(pid, pid)
+                    early = started is not None and started < self.run_started
+                    if not early and not _ended(pid):
+                        for page in pages:
+                            found[page].append(-pid)
+                    continue
+                for page in maps.shared() & pages:
                     found[page].append(pid)
             self._outside_maps = {**(self._outside_maps or {}), **found}
         return {page: self._outside_maps.get(page, []) for page in pages}
@@ -326,11 +342,32 @@ def read_deadlines(
             if since is None and not timeout.absolute:
                 since = procfs.thread_started(pid, th.tid)
             if pid not in offsets:
-                text = procfs.read_proc(f"/proc/{pid}/timens_offsets")
-                offsets[pid] = deadlines.parse_offsets(text)
+                offsets[pid] = _time_offsets(pid)
             found = deadlines.deadline(timeout, since, limit_at, offsets[pid])
             if found is not None:
                 facts.deadlines[key] = found
+
+
+def _ended(pid: int) -> bool:
+    """The process is gone or a zombie (its maps read as nothing: it maps nothing)."""
+    stat = procfs.read_proc(f"/proc/{pid}/stat")
+    if stat is None or ")" not in stat:
+        return True
+    return stat[stat.rindex(")") + 2 : stat.rindex(")") + 3] in ("Z", "X")
+
+
+def _time_offsets(pid: int) -> dict[str, float]:
+    """The waiter's monotonic and boottime offsets relative to ours: none when it shares
+    our time namespace (timens_offsets shows the namespace's offsets from the host's
+    clocks, which ours may have too)."""
+    try:
+        if os.readlink(f"/proc/{pid}/ns/time") == os.readlink("/proc/self/ns/time"):
+            return {}
+    except OSError:
+        return {}  # no time namespaces here
+    theirs = deadlines.parse_offsets(procfs.read_proc(f"/proc/{pid}/timens_offsets"))
+    ours = deadlines.parse_offsets(procfs.read_proc("/proc/self/timens_offsets"))
+    return deadlines.relative_offsets(theirs, ours)
 
 
 def late_waits(

@@ -217,6 +217,7 @@ def futex_facts(
         return found.shared() if found is not None else set()
 
     tid_pid = {t.tid: p.pid for p in snap.processes for t in p.threads}
+    shared: list[tuple[int, int, wakefacts.Mapping]] = []  # (pid, address, its mapping)
     all_tids = set(tid_pid)
     for proc in snap.processes:
         waiting = [
@@ -244,19 +245,33 @@ def futex_facts(
             if not found.shared:
                 facts.futex_wakers[(proc.pid, addr)] = (proc.pid,)
                 continue
-            # a shared mapping (a POSIX semaphore, multiprocessing's locks, a process-shared
-            # pthread object, a SysV segment): the processes that map the same file or
-            # segment could wake it; resolved when none of them is outside the tree
-            page = (found.dev, found.inode)
-            mappers = [p.pid for p in snap.processes if page in _shared(p.pid)]
-            where = found.path or "an anonymous shared mapping"
-            away = [p for p in (mapped_outside({page}).get(page, []) if mapped_outside else [])]
-            if mapped_outside is None or away:
-                who = f"pid {away[0]} outside the tree maps it" if away else "not scanned"
-                facts.futex_what[(proc.pid, addr)] = f"a shared mapping of {where}; {who}"
-                continue
-            facts.futex_wakers[(proc.pid, addr)] = tuple(sorted(mappers))
+            shared.append((proc.pid, addr, found))
+    # a shared mapping (multiprocessing's locks, an unnamed or unlinked POSIX semaphore, a
+    # process-shared pthread object in MAP_SHARED|MAP_ANONYMOUS memory): the processes that
+    # map the same page could wake it. Resolved only when nobody else can reach it later (a
+    # deleted file, anonymous memory: mapped by inheritance alone; a named file or a SysV
+    # segment may be opened or attached by anyone later) and no process outside the tree
+    # maps it now (one scan for every page of the look; unreadable maps: not proven)
+    pages = {(f.dev, f.inode) for _, _, f in shared}
+    away = mapped_outside(pages) if mapped_outside is not None and pages else {}
+    for pid, addr, found in shared:
+        page = (found.dev, found.inode)
+        mappers = [p.pid for p in snap.processes if page in _shared(p.pid)]
+        where = found.path or "an anonymous shared mapping"
+        outside = away.get(page)
+        unreachable = found.path.endswith("(deleted)") or found.path.startswith("/dev/zero")
+        if found.path.startswith("/SYSV") or not unreachable:
+            why = "a process may still open or attach it"
+        elif outside is None:
+            why = "its outside mappers not scanned"
+        elif outside:
+            who = "whose maps cannot be read" if outside[0] < 0 else "outside the tree maps it"
+            why = f"pid {outside[0]} {who}" if outside[0] > 0 else f"a process {who}"
+        else:
+            facts.futex_wakers[(pid, addr)] = tuple(sorted(mappers))
             listed = ", ".join(map(str, sorted(mappers)[:6]))
-            facts.futex_what[(proc.pid, addr)] = (
+            facts.futex_what[(pid, addr)] = (
                 f"a shared mapping of {where}, mapped only by pid(s) {listed}"
             )
+            continue
+        facts.futex_what[(pid, addr)] = f"a shared mapping of {where}; {why}"

@@ -6,8 +6,7 @@ The runner feeds it from its poll loop (`tick`), so it needs no thread and no lo
 trigger the activity history is already there: the sampler takes stacks at once.
 
 Memory is bounded whatever the run's length: the last RECENT_SNAPSHOTS snapshots in full
-(about 6 s at the default cadence), a timeline of at most TIMELINE_POINTS older points
-thinned by halving (each point at most POINT_THREADS compact thread records), and at most
+(about 6 s at the default cadence), the older timeline (watch/history.py) and at most
 MAX_EVENTS process events.
 """
 
@@ -108,7 +107,7 @@ class WatchLoop:
         # threads whose stack at a dump showed the program's own code: never excused again
         # in this run (the program's own timed loop is the program working)
         self._withdrawn: set[tuple[int, int]] = set()
-        self._facts = FactReader()
+        self._facts = FactReader(run_started=launched_at)
         # threads of a watcher's own inside the tree (the pytest plugin's listener): left
         # out of the rule, kept in the timeline and the stacks
         self.ignore: set[tuple[int, int]] = set()
@@ -116,14 +115,11 @@ class WatchLoop:
         limit = OPEN_FILES if soft == resource.RLIM_INFINITY else min(OPEN_FILES, soft // 4)
         self.files = procfs.ProcFiles(limit)
         self.tree = TreeWalk(root_pid, launched_at, self.files, self.notes)
-        # the wake graph's closed set over consecutive looks (closedwatch), the waits as the
-        # last look judged them with facts, and the threads each process has lost
-        self._closed = ClosedWatch()
+        self._closed = ClosedWatch()  # the wake graph's closed set over looks
         # time.monotonic() of the run's wall limit, set by the runner: a timed wait whose
         # deadline lies past it counts as blocked (watch/deadlines.py); None: no limit
         self.limit_at: float | None = None
-        # each thread's current call and a bound on when it began (watch/deadlines.py)
-        self._calls_since = CallClock()
+        self._calls_since = CallClock()  # since when each thread is in its call
         # polling loops resolved to the lock they poll (watch/pollloops.py)
         self._polls = PollLoops()
 
@@ -201,8 +197,12 @@ class WatchLoop:
         self.tree.root_exited(returncode, now)
 
     def close(self) -> None:
-        self._polls.close()
+        self.stop_tracing()
         self.files.close()
+
+    def stop_tracing(self) -> None:
+        """End a polling loop's trace under way (before a stack dump: one tracer a thread)."""
+        self._polls.close()
 
     def reset_quiet(self) -> None:
         self._since = None
