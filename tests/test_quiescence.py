@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -724,3 +725,20 @@ def test_idle_marks_only_a_sleep_on_a_timer_of_its_own() -> None:
     assert got == {10: (q.TIMED, False), 11: (q.TIMED, True), 12: (q.TIMED, True)}
     # and such a made-timed wait is no housekeeping candidate either
     assert not any(w.idle for tw, w in waits if tw.tid == 10)
+
+
+def test_a_timed_futex_wait_first_seen_restarted_is_that_futex_wait() -> None:
+    """A timed futex wait interrupted before any look saw it (a tracer's attach, a signal)
+    resumes as restart_syscall with the original argument registers, asleep in the futex
+    wait code: it is judged as that futex wait (its deadline then read from its timeout),
+    not as an unknown timed restart; elsewhere a restart first seen stays restart_syscall."""
+    timed = (0x1000, FUTEX_WAIT_BITSET_REALTIME_PRIVATE, 0, 0x7FFD, 0, 0xFFFFFFFF)
+    first = snap(0, proc(10, 1, th(10, nr=RESTART, args=timed)))
+    judged, calls, restarted = q.continued(first, X86, {})
+    assert restarted == {(10, 10)} and judged.processes[0].threads[0].syscall == "202"
+    assert calls[(10, 10)][0] == "202"
+    w = q.tree_waits(judged, X86, None, restarted)[0][1]
+    assert w.kind == q.TIMED and w.what.startswith("futex wait with a timeout")
+    elsewhere = replace(th(10, nr=RESTART, args=timed), wchan="do_sys_poll")
+    _, _, restarted = q.continued(snap(0, proc(10, 1, elsewhere)), X86, {})
+    assert restarted == set()

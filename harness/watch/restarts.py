@@ -21,6 +21,7 @@ RESTARTED = "continued by restart_syscall after an interruption (same arguments)
 
 
 _SLEEPS = ("nanosleep", "clock_nanosleep")
+_FUTEX_WCHAN = ("futex_wait_queue", "futex_do_wait", "futex_wait")  # by kernel version
 
 
 def _same_sleep(table: SyscallTable, seen: tuple[str, tuple[int, ...], str], wchan: str) -> bool:
@@ -43,6 +44,7 @@ def continued(
         return snap, {}, set()
     memory: Calls = {}
     restarted: set[tuple[int, int]] = set()
+    futex = next((str(n) for n, name in table.names.items() if name == "futex"), None)
     procs = []
     for proc in snap.processes:
         threads = []
@@ -57,6 +59,11 @@ def continued(
                 threads.append(th)
                 continue
             seen = calls.get(key)
+            if seen is None and th.wchan.startswith(_FUTEX_WCHAN) and futex is not None:
+                # not seen before its interruption, but asleep in the futex wait code: only a
+                # timed futex wait resumes so (an untimed one is re-issued as futex itself),
+                # and its argument registers are the original call's
+                seen = (futex, args, th.wchan)
             if seen is not None and seen[1] == args and _same_sleep(table, seen, th.wchan):
                 memory[key] = seen
                 restarted.add(key)

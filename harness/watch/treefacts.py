@@ -240,7 +240,7 @@ class FactReader:
                     # inheritance; an fd passed over a socket is not foreseen)
                     started = procfs.thread_started(pid, pid)
                     early = started is not None and started < self.run_started
-                    if not early and not _ended(pid):
+                    if not early and wakefacts.maps_denied(pid) and not _ended(pid):
                         for page in pages:
                             found[page].append(-pid)
                     continue

@@ -258,6 +258,16 @@ def read_maps(pid: int) -> Maps | None:
     return None if text is None else Maps(text)
 
 
+def maps_denied(pid: int) -> bool:
+    """Reading `pid`'s maps is refused (EACCES, EPERM), as opposed to the process being gone
+    or exiting (a churning host's processes vanish between a listing and a read)."""
+    try:
+        os.close(os.open(f"/proc/{pid}/maps", os.O_RDONLY))
+    except OSError as exc:
+        return exc.errno in (errno.EACCES, errno.EPERM)
+    return False
+
+
 def mapping_of(pid: int, address: int) -> Mapping | None:
     found = read_maps(pid)
     return found.at(address) if found is not None else None
