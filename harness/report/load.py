@@ -75,7 +75,9 @@ def report_from_json(data: dict[str, Any], directory: Path, source: Path | None 
     try:
         report = parse(Report, fields)
     except ValueError as exc:  # the first wrong value, or one the model's own checks refuse
-        raise HarnessError(f"{source}: not a harness report this version reads: {exc}") from None
+        # one line: a key path may hold any character (a metric named "\n")
+        why = str(exc).encode("unicode_escape").decode("ascii")
+        raise HarnessError(f"{source}: not a harness report this version reads: {why}") from None
     verdict, saved = report.verdict, data.get("verdict")
     if verdict is not None and isinstance(saved, dict):
         code = saved.get("exit_code")
