@@ -80,8 +80,3 @@ def timer_sources(pid: int) -> list[TimerSource]:
 def blocked_signals(pid: int, tid: int) -> int | None:
     """The thread's signal mask (SigBlk of /proc/PID/task/TID/status), None if unreadable."""
     return _status_mask(read_proc(f"/proc/{pid}/task/{tid}/status", _BIG), "SigBlk")
-
-
-def timer_wakers(pid: int) -> str:
-    """Why a timer signal may wake the process ("catches SIGALRM", "2 POSIX timers"), or ""."""
-    return ", ".join(dict.fromkeys(src.why for src in timer_sources(pid)))

@@ -44,7 +44,8 @@ def continued(
         return snap, {}, set()
     memory: Calls = {}
     restarted: set[tuple[int, int]] = set()
-    futex = next((str(n) for n, name in table.names.items() if name == "futex"), None)
+    nr = table.number("futex")
+    futex = None if nr is None else str(nr)
     procs = []
     for proc in snap.processes:
         threads = []

@@ -65,6 +65,10 @@ class SyscallTable:
     def name(self, number: int) -> str:
         return self.names.get(number, f"#{number}")
 
+    def number(self, name: str) -> int | None:
+        """A syscall's number on this architecture, None when the table lacks it."""
+        return next((n for n, known in self.names.items() if known == name), None)
+
 
 X86_64 = SyscallTable("x86_64", {x86: name for name, x86, _ in _SYSCALLS})
 AARCH64 = SyscallTable("aarch64", {arm: name for name, _, arm in _SYSCALLS if arm is not None})

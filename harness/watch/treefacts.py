@@ -210,8 +210,7 @@ class FactReader:
         wakeread.fd_facts(facts, others, tree, self.outside_holders)
         wakeread.lock_facts(facts, list(locked), tree, self.outside_holders)
         if futexes and table is not None:
-            nr = next((n for n, name in table.names.items() if name == "futex"), None)
-            wakeread.futex_facts(facts, snap, nr, self.mapped_outside)
+            wakeread.futex_facts(facts, snap, table.number("futex"), self.mapped_outside)
         return facts
 
     def outside_holders(self, targets: set[str]) -> dict[str, list[int]]:
