@@ -363,5 +363,7 @@ def program_calls(samples: SampleSet) -> dict[tuple[int, int], str]:
         site = frames[own]
         where = f" at {Path(site.file).name}:{site.line}" if site.file and site.line else ""
         called = frames[own - 1].function if own > 0 else site.function
+        if called == "??" or called.startswith("__"):  # no symbol, or libc's inner name
+            called = site.function
         out[key] = f"{called}{where}"
     return out
