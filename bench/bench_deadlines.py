@@ -16,7 +16,10 @@ Programs (healthy: nothing here ever hangs):
   thread sleeps in a loop (shared mappings resolved, the host's maps scanned);
 - retry-lock: a main thread retrying a file lock another process holds for the whole run
   (flock LOCK_NB every 50 ms), the holder asleep (traced, resolved, never closed: the
-  holder's sleep ends before the limit).
+  holder's sleep ends before the limit);
+- gil-wait: a thread that needs Python while the main thread holds the GIL in 2 s native
+  sleeps (ctypes.PyDLL), over and over (the waiter's retry read as the GIL, by py-spy, at
+  most 3 times: the holder's sleep ends before the limit, nothing closes).
 """
 
 from __future__ import annotations
@@ -78,12 +81,23 @@ while True:
     except BlockingIOError:
         time.sleep(0.05)
 """,
+    "gil-wait": """
+import ctypes, threading
+with_gil = ctypes.PyDLL(None)
+def worker():
+    while True:
+        sum(range(1000))  # Python: needs the GIL main keeps
+threading.Thread(target=worker, daemon=True).start()
+print("ready", flush=True)
+while True:
+    with_gil.usleep(2_000_000)  # 2 s in native code, the GIL held
+""",
 }
 
 
 def measure(name: str, seconds: float, shipped: bool, tmp: Path) -> tuple[float, float, int]:
-    """(CPU seconds per look, share of one core, traces) of the watch loop on one program,
-    its tracers' CPU (strace, a child reaped at each trace's end) counted in."""
+    """(CPU seconds per look, share of one core, traces and GIL reads) of the watch loop on
+    one program, its tools' CPU (strace, py-spy: children reaped) counted in."""
     argv = [sys.executable, "-c", PROGRAMS[name], str(tmp / f"{name}.lock")]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout is not None and proc.stdout.readline()
@@ -92,7 +106,7 @@ def measure(name: str, seconds: float, shipped: bool, tmp: Path) -> tuple[float,
         loop.limit_at = time.monotonic() + 600  # harness watch's default wall
     else:
         loop.limit_at = None  # no deadline read
-        loop._polls.untraced = lambda timed, withdrawn: set()  # type: ignore[method-assign]
+        loop._polls.candidates = lambda snap, timed, withdrawn: set()  # type: ignore[method-assign]
     start = time.monotonic()
     before = _children_cpu()
     try:
@@ -106,7 +120,7 @@ def measure(name: str, seconds: float, shipped: bool, tmp: Path) -> tuple[float,
         proc.wait()
     wall = time.monotonic() - start
     cpu = loop.cpu_s + tracers
-    return cpu / max(1, loop.snapshots), cpu / wall, loop._polls.traces
+    return cpu / max(1, loop.snapshots), cpu / wall, loop._polls.traces + loop._polls.probes
 
 
 def _children_cpu() -> float:
@@ -118,12 +132,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--program", action="append", choices=list(PROGRAMS), help="only these")
     args = ap.parse_args()
     assert pollloops.TRACE_S > 0
-    print("| program | lane | ms of CPU a look | share of one core | traces |")
+    print("| program | lane | ms of CPU a look | share of one core | traces + GIL reads |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name in PROGRAMS:
+        for name in args.program or PROGRAMS:
             for shipped in (False, True):
                 runs = [measure(name, args.seconds, shipped, Path(tmp)) for _ in range(args.repeat)]
                 per = statistics.median(r[0] for r in runs) * 1000

@@ -223,6 +223,7 @@ class WaitVia(StrEnum):
     PIPE = "pipe"  # an anonymous pipe
     SOCKET = "socket"  # a unix or TCP socket (a socketpair, multiprocessing.Pipe)
     FILE_LOCK = "file-lock"  # flock, fcntl F_SETLKW / F_OFD_SETLKW
+    RUNTIME_LOCK = "runtime-lock"  # a runtime's lock taken by timed retry (CPython's GIL)
     EVENTFD = "eventfd"
     FILE = "file"  # a path: a FIFO opened by name, a device
     POLL = "poll"  # a poll/select/epoll over fds of more than one kind

@@ -255,6 +255,7 @@ def test_the_shipped_rules_meet_their_detectors() -> None:
         "fork-with-threads",
         # data/causes/wake.toml: the wake graph's readings, fallbacks in this order
         "held-by-departed",
+        "gil-held-blocking",
         "late-waker",
         "file-lock-cycle",
         "ipc-cycle",

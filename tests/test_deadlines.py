@@ -78,6 +78,8 @@ def test_a_relative_timeout_counts_from_the_latest_moment_its_call_can_have_star
     soon = deadlines.deadline(deadlines.Timeout(30.0, absolute=False), now, now + 60.0)
     assert soon is not None and not soon.past and "before the run's limit" in soon.words()
     assert not Deadline(1e6, exact=True).past
+    # read at the wall itself (the limit reached): no "after the run's limit (in -0.0 s)"
+    assert Deadline(0.004, exact=True, limit_s=-0.01).words() == "it ends by itself in 0.0 s"
 
 
 def test_time_namespace_offsets_are_read() -> None:

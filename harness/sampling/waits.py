@@ -99,8 +99,8 @@ class Deadline:
     def words(self) -> str:
         """ "it ends by itself in about 540 s, after the run's limit (in 58 s)"."""
         when = f"in {_seconds(self.left_s)}" + ("" if self.exact else " or later")
-        if self.limit_s is None:
-            return f"it ends by itself {when}"
+        if self.limit_s is None or self.limit_s <= 0:
+            return f"it ends by itself {when}"  # no limit, or read at the limit itself
         side = "after" if self.past else "before"
         return f"it ends by itself {when}, {side} the run's limit (in {_seconds(self.limit_s)})"
 

@@ -10,6 +10,12 @@ looks (stats, reads, the refused lock) and every holder is in the tree, the thre
 becomes that lock: on the tree, resolved, a member of a closed set like any other. The
 reading holds while the thread stays in the same loop: a look that finds it blocked in any
 other call, or its process writing a byte, drops it (and a later look may trace again).
+
+A runtime lock taken by timed retry is such a loop too, told without a trace: a Python
+thread in a timed futex wait on a word inside the runtime's own state waits for the GIL
+(sampling/gil.py), whose holder py-spy reads; its waker is that thread. The reading holds
+while the holder stays put (not running, in the same call, no CPU) and the waiter in its
+futex wait ("Runtime locks" in docs/quiescence.md).
 """
 
 from __future__ import annotations
@@ -19,8 +25,8 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from harness.sampling import procfs
-from harness.sampling.model import Snapshot
+from harness.sampling import gil, procfs
+from harness.sampling.model import Snapshot, ThreadSample
 from harness.sampling.polltrace import PollTrace, Tracing
 from harness.sampling.waits import ThreadWait, Wait
 from harness.vocab import WaitKind, WaitVia
@@ -30,6 +36,7 @@ Key = tuple[int, int]
 TRACE_S = 1.0
 BUSY_CPU_S = 0.05  # CPU between two looks past which a loop computes, not polls
 MAX_TRIES = 3  # traces of one thread in a run, at most (a loop that keeps changing its call)
+PROBE_AGAIN_S = 2.0  # a runtime lock read again after this long, while it is not resolved
 # the syscall of the loop's sleep (its number): the arguments may differ from one sleep to
 # the next (a timespec on the stack at another depth), the call does not
 _Call = str
@@ -46,6 +53,11 @@ class PollTarget:
     wchar: int | None  # its process's bytes written when traced (an effect ends the reading)
     file: tuple[str, int] = ("", 0)  # the locked file's (dev, inode): its holders re-read
     cpu: float = 0.0  # the thread's CPU time at the last look (a loop that computes is none)
+    via: WaitVia = WaitVia.FILE_LOCK
+    # a runtime lock's holder, the thread: its call and CPU time when read (it must stay put)
+    owner: Key | None = None
+    owner_call: str = ""
+    owner_cpu: float = 0.0
 
 
 def lock_target(
@@ -90,6 +102,27 @@ def lock_target(
     return what, path, tuple(sorted(set(held))), (wakefacts.dev_words(st.st_dev), st.st_ino)
 
 
+def _still_held(
+    target: PollTarget,
+    threads: Mapping[Key, ThreadSample],
+    held: dict[tuple[str, int], tuple[int, ...]],
+) -> bool:
+    """The lock is held as when it was read: a file lock by the same holders (`held`: the
+    holders read at this look, per file), a runtime lock by a holder that has not moved (not
+    running, in the same call, no CPU to speak of)."""
+    if target.owner is not None:
+        owner = threads.get(target.owner)
+        return (
+            owner is not None
+            and owner.state not in "RZX"
+            and owner.syscall == target.owner_call
+            and owner.cpu_time - target.owner_cpu <= BUSY_CPU_S
+        )
+    if target.file not in held:
+        held[target.file] = tuple(sorted(set(_lock_holders(*target.file) or [])))
+    return held[target.file] == target.holders
+
+
 def _lock_holders(dev: str, inode: int) -> list[int] | None:
     table = wakefacts.read_locks()
     if table is None:
@@ -119,6 +152,10 @@ class PollLoops:
     _calls: dict[Key, _Call] = field(default_factory=dict)  # the call each was traced in
     _tracing: tuple[Key, _Call, Tracing] | None = None
     traces: int = 0  # traces taken (for the cost figures)
+    probes: int = 0  # runtime locks read (py-spy)
+    # threads whose timed futex wait was read as a possible runtime lock: when last (the
+    # look's time) and how often
+    _probed: dict[Key, tuple[float, int]] = field(default_factory=dict)
     _tries: dict[Key, int] = field(default_factory=dict)  # traces per thread, at most MAX_TRIES
 
     @property
@@ -131,16 +168,25 @@ class PollLoops:
         """The pid of the trace under way, if any."""
         return self._tracing[2].pid if self._tracing is not None else None
 
-    def untraced(self, timed: Collection[Key], withdrawn: Collection[Key]) -> set[Key]:
-        """The threads of `timed` a trace may still be taken of (a main thread or one
-        withdrawn, not traced in its current loop, under MAX_TRIES): while there are, the
-        watch loop reads the facts that decide whether to trace."""
+    def candidates(
+        self, snap: Snapshot, timed: Collection[Key], withdrawn: Collection[Key]
+    ) -> set[Key]:
+        """The threads of `timed` resolved already, a trace may still be taken of (a main
+        thread or one withdrawn, not traced in its current loop, under MAX_TRIES), or whose
+        wait may still be read as a runtime lock (a Python process's): while there are, the
+        watch loop reads the facts that decide whether to trace or read."""
+        python = {p.pid for p in snap.processes if p.is_python}
         return {
             k
             for k in timed
-            if (k[0] == k[1] or k in withdrawn)
-            and k not in self.found
-            and self._tries.get(k, 0) < MAX_TRIES
+            if self.found.get(k) is not None
+            or (
+                k not in self.found
+                and (
+                    ((k[0] == k[1] or k in withdrawn) and self._tries.get(k, 0) < MAX_TRIES)
+                    or (k[0] in python and self._may_probe(k, snap.t))
+                )
+            )
         }
 
     def keys(self) -> set[Key]:
@@ -172,10 +218,8 @@ class PollLoops:
             if target is not None:
                 # the lock still held by the same holders (not by the loop: it got it), and
                 # the loop not computing since the last look: else the reading is over
-                if target.file not in held:
-                    held[target.file] = tuple(sorted(set(_lock_holders(*target.file) or [])))
                 busy = th.cpu_time - target.cpu > BUSY_CPU_S and target.cpu > 0
-                if held[target.file] != target.holders or busy:
+                if busy or not _still_held(target, threads, held):
                     del self.found[key]
                     continue
                 self.found[key] = replace(target, cpu=th.cpu_time)
@@ -195,12 +239,12 @@ class PollLoops:
                 self._tracing = None
                 self._finish(key, call, tracing, tree)
             return
+        python = {p.pid for p in snap.processes if p.is_python}
+        holders: dict[int, gil.GilHolder | str] = {}  # each process's GIL, read once a look
         for key, w in waits.items():
             if key in self.found or w.kind is not WaitKind.TIMED or not w.idle:
                 continue
             if self._tries.get(key, 0) >= MAX_TRIES:
-                continue
-            if key[0] != key[1] and key not in withdrawn:
                 continue
             th = threads.get(key)
             if th is None or th.state != "S":
@@ -209,6 +253,17 @@ class PollLoops:
             if not all(v.kind in _BLOCKED for v in others):
                 continue  # something else runs or waits outside: no closed set to find
             call = th.syscall
+            if key[0] in python and w.on.startswith("futex:") and self._may_probe(key, snap.t):
+                # a runtime lock retried on a timer: told by reading, no trace (any thread)
+                self._probed[key] = (snap.t, self._probed.get(key, (0.0, 0))[1] + 1)
+                found = runtime_lock(key, th, w, threads, holders)
+                if found is not None:
+                    self.probes += 1
+                    self._calls[key] = call
+                    self.found[key] = found
+                    continue
+            if key[0] != key[1] and key not in withdrawn:
+                continue
             tracing = Tracing(key[1])
             if tracing.error:
                 tracing.close()
@@ -218,6 +273,12 @@ class PollLoops:
             self._tries[key] = self._tries.get(key, 0) + 1
             self._tracing = (key, call, tracing)
             return
+
+    def _may_probe(self, key: Key, t: float) -> bool:
+        """A thread's wait is read as a runtime lock at most MAX_TRIES times a run, and
+        PROBE_AGAIN_S apart (the holder may have been on its way to let go)."""
+        last, tries = self._probed.get(key, (-PROBE_AGAIN_S, 0))
+        return tries < MAX_TRIES and t - last >= PROBE_AGAIN_S
 
     def judge(
         self,
@@ -269,8 +330,54 @@ def as_wait(target: PollTarget) -> Wait:
         on=target.on,
         peers=target.holders,
         wakers=target.holders,
+        owners=() if target.owner is None else (target.owner,),
         resolved=True,
-        via=WaitVia.FILE_LOCK,
+        via=target.via,
+    )
+
+
+def runtime_lock(
+    key: Key,
+    th: ThreadSample,
+    w: Wait,
+    threads: Mapping[Key, ThreadSample],
+    holders: dict[int, gil.GilHolder | str],
+) -> PollTarget | None:
+    """The GIL as what a Python thread's timed futex wait waits on: the word lies inside the
+    runtime's state and another thread of its process, not running, holds the GIL (read once
+    a look per process into `holders`); None otherwise."""
+    pid, tid = key
+    try:
+        word = int(w.on.split(":", 1)[1], 16)
+    except ValueError:
+        return None
+    state = gil.runtime_state(pid)
+    if state is None or not state[0] <= word < state[1]:
+        return None
+    if pid not in holders:
+        holders[pid] = gil.gil_holder(pid)
+    holder = holders[pid]
+    if isinstance(holder, str) or holder.tid is None or holder.tid == tid:
+        return None
+    owner = threads.get((pid, holder.tid))
+    if owner is None or owner.state in "RZX":
+        return None  # it runs: the GIL changes hands as it should
+    name = f" ({holder.name})" if holder.name else ""
+    what = (
+        f"waits for the GIL, held by tid {holder.tid}{name}: a timed wait on the runtime's "
+        "state re-armed every few ms for as long as the holder keeps it"
+    )
+    return PollTarget(
+        th.syscall,
+        what,
+        f"gil:{pid}",
+        (pid,),
+        _wchar(pid),
+        cpu=th.cpu_time,
+        via=WaitVia.RUNTIME_LOCK,
+        owner=(pid, holder.tid),
+        owner_call=owner.syscall,
+        owner_cpu=owner.cpu_time,
     )
 
 

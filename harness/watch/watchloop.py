@@ -381,7 +381,7 @@ class WatchLoop:
         wall = self.judging and self.limit_at is not None
         if wall and timed and needs_facts(waits, self._withdrawn, timed):
             late = late_waits(snap, self.table, timed, self._calls_since.starts(), self.limit_at)
-            late |= self._polls.untraced(timed, self._withdrawn) | (timed & self._polls.keys())
+            late |= self._polls.candidates(snap, timed, self._withdrawn)
         with_facts = self.judging and (
             needs_facts(waits, self._withdrawn, late) or settled(waits, prev, snap)
         )
