@@ -37,6 +37,8 @@ TRACE_S = 1.0
 BUSY_CPU_S = 0.05  # CPU between two looks past which a loop computes, not polls
 MAX_TRIES = 3  # traces of one thread in a run, at most (a loop that keeps changing its call)
 PROBE_AGAIN_S = 2.0  # a runtime lock read again after this long, while it is not resolved
+# the sleeps a retry loop re-arms between its tries (a timed sleep's `what`, quiescence.py)
+SLEEPS = ("nanosleep", "clock_nanosleep")
 # the syscall of the loop's sleep (its number): the arguments may differ from one sleep to
 # the next (a timespec on the stack at another depth), the call does not
 _Call = str
@@ -263,6 +265,10 @@ class PollLoops:
                     self.found[key] = found
                     continue
             if key[0] != key[1] and key not in withdrawn:
+                continue
+            if w.what not in SLEEPS:
+                # a poll on fds or a lock with a timeout is no retry loop's sleep, and a
+                # tracer's attach would interrupt it: its restart hides the call it continues
                 continue
             tracing = Tracing(key[1])
             if tracing.error:
