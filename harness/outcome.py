@@ -149,7 +149,11 @@ class DiffExit(CommandExit):
 
 class BisectExit(CommandExit):
     FOUND = 0, "a first bad commit was named (and the fix, when asked, passes on it)"
-    NOT_FOUND = 1, "no single commit named (a range), or the fix failed on it"
+    NOT_FOUND = (
+        1,
+        "no single commit named (a range, a budget spent, the failure not reproduced at the "
+        "bad end), or the fix failed on it",
+    )
 
 
 class BisectStepExit(CommandExit):

@@ -154,6 +154,9 @@ class BisectStatus(StrEnum):
     RUNNING = "running"
     FOUND = "found"
     RANGE = "range"
+    # the posterior search: the bad end is no worse than the commits before it
+    NOT_REPRODUCED = "not-reproduced"
+    UNCERTAIN = "uncertain"  # a budget ended it before any commit held --confidence
     FAILED = "failed"
     INTERRUPTED = "interrupted"
 

@@ -60,6 +60,7 @@ def options(h: History, report_dir: Path, **kw: Any) -> bis.BisectOptions:
         bad=h.commits[-1],
         expect="hang",
         location="env_start",
+        repeat=1,  # the classic binary search (the posterior one: test_bisect_posterior.py)
     )
     return replace(base, **kw)
 

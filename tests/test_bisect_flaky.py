@@ -486,7 +486,7 @@ class _SimSearch(Search):
 
     def test(self, index: int, role: BisectRole) -> StepRecord:
         res = self.result
-        plan = RunPlan(res.setup.opts.repeat, res.setup.opts.repeat_cap, res.bad_rate)
+        plan = RunPlan(res.setup.opts.repeat or 1, res.setup.opts.repeat_cap, res.bad_rate)
         p = self.p if index >= self.first_bad else 0.0
         done = bad_end_done if role is BisectRole.BAD_END else step_done
         classes = simulate_step(self.rng, p, plan, done)

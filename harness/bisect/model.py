@@ -4,6 +4,7 @@ repeated runs, the bad end's failure rate and the confidence of the answer."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -12,6 +13,8 @@ from typing import Any, Literal
 
 from harness import __version__, outcome
 from harness.config.pin import Pin
+from harness.filenames import REPORT_JSON
+from harness.files import atomic_write
 from harness.outcome import BisectExit, Kind
 from harness.pipeline.options import RunOptions
 from harness.report.runs import RunRow
@@ -80,13 +83,24 @@ class BisectOptions:
     bad: str = ""
     expect: str = "hang"  # hang | crash | check-failed | any-failure | hazard (run.expect_hazard)
     location: str | None = None  # a bad step's verdict must be located here
-    repeat: Repeat = 1  # runs per commit, or "auto": as many as the rule needs (steps.py)
+    # None (the default): the posterior search (bisect/adaptive.py); N: the classic binary
+    # search, N runs per commit at most; "auto": the classic search with the bad end's
+    # rate deciding each commit's clean runs (steps.py)
+    repeat: Repeat | None = None
     repeat_cap: int = DEFAULT_REPEAT_CAP  # auto: the most runs of one commit
     confirm_fix: str | None = None  # variant to run on the first bad commit
+    confidence: float = 0.95  # the posterior search stops when one hypothesis holds this
+    max_runs: int | None = None  # the posterior search's budget of runs
+    budget_s: float | None = None  # and of seconds
 
     @property
     def auto(self) -> bool:
         return self.repeat == AUTO
+
+    @property
+    def adaptive(self) -> bool:
+        """The posterior search (the default), not the classic binary search."""
+        return self.repeat is None
 
 
 @dataclass
@@ -150,6 +164,64 @@ class StepRecord:
         }
 
 
+@dataclass(frozen=True)
+class SideRate:
+    """The runs on one side of the likeliest change: the failure sought, other failures,
+    passes."""
+
+    sought: int
+    other: int
+    passed: int
+
+    @property
+    def rate(self) -> Rate:
+        return Rate(self.sought, self.sought + self.other + self.passed)
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.rate
+        return {
+            "sought": self.sought,
+            "other": self.other,
+            "passed": self.passed,
+            "rate": round(r.value, 4),
+            "ci95": [round(b, 4) for b in r.ci95],
+        }
+
+
+@dataclass
+class PosteriorSummary:
+    """The posterior search's answer (bisect/adaptive.py, docs/bisect.md): the likeliest
+    hypothesis and its probability, the shortest run of hypotheses holding `confidence`,
+    every hypothesis's probability (labels: "before", each candidate's short sha, "none"),
+    the failure rates on either side of the likeliest change, what counted as the failure
+    sought, and why the search stopped."""
+
+    confidence: float
+    likeliest: str
+    probability: float
+    range: list[str]
+    per_commit: list[tuple[str, float]]
+    before: SideRate
+    after: SideRate
+    signature: str
+    stopped: str
+    untestable: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "confidence": self.confidence,
+            "likeliest": self.likeliest,
+            "probability": round(self.probability, 6),
+            "range": self.range,
+            "hypotheses": [{"commit": c, "p": round(p, 6)} for c, p in self.per_commit],
+            "before": self.before.to_json(),
+            "after": self.after.to_json(),
+            "signature": self.signature,
+            "stopped": self.stopped,
+            "untestable": self.untestable,
+        }
+
+
 @dataclass
 class Setup:
     """What every step shares, validated once before anything is built."""
@@ -174,6 +246,7 @@ class BisectResult:
     possible: list[CommitInfo] = field(default_factory=list)  # status "range"
     diffstat: str = ""
     confirm: StepRecord | None = None
+    posterior: PosteriorSummary | None = None  # the posterior search's answer
     error: str | None = None
     started: float = field(default_factory=time.time)
     finished: float | None = None
@@ -215,6 +288,8 @@ class BisectResult:
         """The chance that no step called good was bad after all, were each a commit failing
         like the bad end (`joint_confidence`, docs/bisect.md). None until the bad end's rate
         is known."""
+        if self.setup.opts.adaptive:
+            return None if self.posterior is None else self.posterior.probability
         rate = self.bad_rate
         if rate is None or not rate.runs:
             return None
@@ -261,6 +336,21 @@ class BisectResult:
         if self.status is BisectStatus.RANGE:
             listed = ", ".join(f"{c.short} {c.subject}" for c in self.possible)
             return f"the first bad commit could be any of: {listed}"
+        post = self.posterior
+        if self.status is BisectStatus.NOT_REPRODUCED and post is not None:
+            end = [s for s in self.search_steps if s.role is BisectRole.BAD_END]
+            rate = Rate(sum(s.classification == BisectClass.BAD for s in end), len(end))
+            return (
+                f"the failure sought does not reproduce at the bad end {self.bad.short}: "
+                f"{rate.text()} of its runs showed it, nothing to bisect"
+            )
+        if self.status is BisectStatus.UNCERTAIN and post is not None:
+            return (
+                f"no commit holds {post.confidence:.0%} ({post.stopped}): the likeliest is "
+                f"{post.likeliest} at {post.probability:.1%}; {post.confidence:.0%} of the "
+                f"posterior lies in {', '.join(post.range[:8])}"
+                + (f" … ({len(post.range)})" if len(post.range) > 8 else "")
+            )
         return self.status
 
     def to_json(self) -> dict[str, Any]:
@@ -286,6 +376,7 @@ class BisectResult:
             else opts.expect,
             "location": opts.location,
             "repeat": opts.repeat,
+            "search": "posterior" if opts.adaptive else "binary",
             "repeat_cap": opts.repeat_cap if opts.auto else None,
             "good": asdict(self.good),
             "bad": asdict(self.bad),
@@ -308,11 +399,12 @@ class BisectResult:
             "location_matched": self.location_matched,
             "diffstat": self.diffstat,
             "confidence": self._confidence_json(),
+            "posterior": None if self.posterior is None else self.posterior.to_json(),
         }
 
     def _confidence_json(self) -> dict[str, Any] | None:
         rate = self.bad_rate
-        if rate is None or not rate.runs:
+        if self.setup.opts.adaptive or rate is None or not rate.runs:
             return None
         return {
             "bad_rate": {
@@ -343,3 +435,8 @@ def _decisive_json(step: StepRecord | None) -> dict[str, Any] | None:
 
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
+
+
+def save(result: BisectResult) -> None:
+    """report.json, rewritten (atomically) after every step: a dead bisect leaves its trail."""
+    atomic_write(result.directory / REPORT_JSON, json.dumps(result.to_json(), indent=2) + "\n")

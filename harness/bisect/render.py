@@ -4,6 +4,7 @@ side, every step, with repeated runs the confidence) and the one-screen terminal
 from __future__ import annotations
 
 from dataclasses import replace
+from html import escape as escape_html
 from typing import TextIO
 
 from rich.console import Console
@@ -25,6 +26,8 @@ MISS = "miss chance"  # with repeated runs: a good step's chance of passing a ba
 
 
 def repeat_text(opts: BisectOptions) -> str:
+    if opts.adaptive:
+        return f"posterior search to {opts.confidence:.0%}"
     return f"auto (cap {opts.repeat_cap})" if opts.auto else str(opts.repeat)
 
 
@@ -39,8 +42,10 @@ def _percent(x: float) -> str:
 def confidence_text(result: BisectResult) -> str | None:
     """The answer's confidence and what it rests on (docs/bisect.md, "Repeated runs"); None
     with one run per commit (the search then assumes a bad commit fails every time)."""
+    if result.posterior is not None:
+        return posterior_text(result)
     rate, conf = result.bad_rate, result.confidence
-    if result.setup.opts.repeat == 1 or rate is None or conf is None:
+    if result.setup.opts.repeat in (1, None) or rate is None or conf is None:
         return None
     good = result.good_steps
     clean = sorted({s.counts()[BisectClass.GOOD] for s in good})
@@ -56,6 +61,19 @@ def confidence_text(result: BisectResult) -> str | None:
     if unsettled:
         text += f"; unsettled at the cap, taken as good: {', '.join(unsettled)}"
     return text
+
+
+def posterior_text(result: BisectResult) -> str:
+    """The posterior search's answer in one line: how likely, the range holding the
+    confidence, the failure rates on either side, what was sought, why it stopped."""
+    p = result.posterior
+    assert p is not None
+    span = p.range[0] if len(p.range) == 1 else f"{p.range[0]}..{p.range[-1]} ({len(p.range)})"
+    return (
+        f"{_percent(p.probability)} that {p.likeliest} is the first bad commit; "
+        f"{p.confidence:.0%} lies in {span}; failure sought before it {p.before.rate.text()}, "
+        f"from it on {p.after.rate.text()}; sought: {p.signature}; stopped: {p.stopped}"
+    )
 
 
 def _miss_text(step: StepRecord) -> str:
@@ -118,7 +136,9 @@ def _md_result(result: BisectResult) -> list[str]:
                 f"- fix `{result.confirm.variant}` on {c.short}: {verdict} "
                 f"({shown(result.confirm)})"
             )
-        lines += ["", *table(("", "parent (last good)", "first bad"), side_by_side(result))]
+        if result.parent is not None:
+            sides = side_by_side(result)
+            lines += ["", *table(("", "parent (last good)", "first bad"), sides)]
         lines += ["", "## Evidence (first bad)", ""]
         lines += [f"- {md(e, True)}" for e in result.first_bad.decisive.evidence]
         # no backtick in a diff stat line can close the fence early
@@ -167,16 +187,17 @@ def print_summary(result: BisectResult, stream: TextIO | None = None) -> None:
         if result.confirm is not None:
             ok = "[green]passes[/]" if result.fix_confirmed else "[red]does not pass[/]"
             grid.add_row("fix", f"{escape(result.confirm.variant)}: {ok}")
+    bound = "" if result.setup.opts.adaptive else f" (bound {totals['step_bound']})"
     grid.add_row(
         "cost",
-        f"{totals['steps']} steps (bound {totals['step_bound']}), {totals['runs']} runs, "
+        f"{totals['steps']} steps{bound}, {totals['runs']} runs, "
         f"{totals['builds']} builds, {totals['cache_hits']} cache hits, {totals['skips']} skips",
     )
     grid.add_row("report", escape(str(result.directory)))
     console.print(
         Panel(grid, title=escape(f"harness bisect: {result.setup.opts.run.env}"), expand=False)
     )
-    if result.first_bad is not None:
+    if result.first_bad is not None and result.parent is not None:
         table = Table("", "parent (last good)", "first bad", expand=False)
         for key, a, b in side_by_side(result):
             if key != "report":
@@ -188,7 +209,7 @@ def print_summary(result: BisectResult, stream: TextIO | None = None) -> None:
 def steps_matrix(result: BisectResult) -> Matrix:
     """The steps as a multi-run table (report.md's steps, index.html, the step summary): a
     row per tested commit, its decisive run, labelled by step, role, commit and class."""
-    repeated = result.setup.opts.repeat != 1
+    repeated = result.setup.opts.repeat not in (1, None)
     rows = [
         replace(
             s.decisive,
@@ -221,4 +242,49 @@ def steps_matrix(result: BisectResult) -> Matrix:
         conclusion=[result.message()],
         env=result.setup.opts.run.env,
         columns=columns,
+        figure=posterior_svg(result),
     )
+
+
+def posterior_svg(result: BisectResult) -> str:
+    """The posterior per hypothesis as a bar chart for index.html, oldest left: "before"
+    (the good end bad too), each candidate, "none" (the bad end not bad). The likeliest bar
+    is red, the rest of the range that holds the confidence orange. "" without a posterior."""
+    p = result.posterior
+    if p is None or not p.per_commit:
+        return ""
+    n = len(p.per_commit)
+    width, height, pad = max(360, min(1200, 14 * n + 60)), 140, 30
+    bar = (width - 2 * pad) / n
+    top = max(q for _, q in p.per_commit) or 1.0
+    caption = (
+        f"P(first bad commit), oldest left: {p.likeliest} {_percent(p.probability)}; "
+        f"{p.confidence:.0%} in {len(p.range)} commit(s)"
+    )
+    said, tall = escape_html(caption), height + 2 * pad
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {tall}" '
+        f'width="{width}" height="{tall}" role="img" aria-label="{said}">',
+        f"<title>{escape_html(caption)}</title>",
+        f'<text x="{pad}" y="16" font-size="12">{escape_html(caption)}</text>',
+    ]
+    for i, (label, q) in enumerate(p.per_commit):
+        h = height * q / top
+        colour = "#c0392b" if label == p.likeliest else "#e67e22" if label in p.range else "#95a5a6"
+        x, y, w = pad + i * bar, pad + height - h, max(1.0, bar - 1)
+        tip = f"{escape_html(label)}: {_percent(q)}"
+        out.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{colour}">'
+            f"<title>{tip}</title></rect>"
+        )
+    base = pad + height
+    out.append(f'<line x1="{pad}" y1="{base}" x2="{width - pad}" y2="{base}" stroke="#333"/>')
+    for i, (label, _) in enumerate(p.per_commit):
+        if i in (0, n - 1) or label == p.likeliest:
+            x = pad + (i + 0.5) * bar
+            out.append(
+                f'<text x="{x:.1f}" y="{base + 16}" font-size="10" text-anchor="middle">'
+                f"{escape_html(label)}</text>"
+            )
+    out.append("</svg>")
+    return "".join(out)

@@ -4,17 +4,17 @@ good/bad/skip); `bisect_step` is the `git bisect run` test of HEAD."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from harness.bisect.model import BisectOptions, BisectResult, StepRecord
+from harness.bisect.adaptive import AdaptiveSearch
+from harness.bisect.model import BisectOptions, BisectResult, StepRecord, save
 from harness.bisect.render import render_markdown, steps_matrix
 from harness.bisect.steps import expected, setup_for, shown, try_commit
 from harness.errors import HarnessError, Interrupted
-from harness.filenames import REPORT_JSON, REPORT_MD
+from harness.filenames import REPORT_MD
 from harness.files import atomic_write
 from harness.outcome import USAGE, BisectStepExit
 from harness.report import store
@@ -165,8 +165,11 @@ def bisect(opts: BisectOptions) -> BisectResult:
     save(result)
     search = Search(result)
     try:
-        search.check_ends()
-        search.search()
+        if opts.adaptive:
+            AdaptiveSearch(result).search()
+        else:
+            search.check_ends()
+            search.search()
         if opts.confirm_fix and result.first_bad is not None:
             search.confirm(opts.confirm_fix)
     except HarnessError as exc:
@@ -207,11 +210,6 @@ def bisect_step(opts: BisectOptions) -> int:
         file=sys.stderr,
     )
     return code
-
-
-def save(result: BisectResult) -> None:
-    """report.json, rewritten (atomically) after every step: a dead bisect leaves its trail."""
-    atomic_write(result.directory / REPORT_JSON, json.dumps(result.to_json(), indent=2) + "\n")
 
 
 def finish(result: BisectResult, status: BisectStatus) -> None:

@@ -141,8 +141,10 @@ def setup_for(opts: BisectOptions) -> Setup:
         raise HarnessError(f"--expect must be one of {', '.join(EXPECTS)}, not {opts.expect!r}")
     if opts.expect == HAZARD and run.expect_hazard is None:
         raise HarnessError("--expect hazard needs its kind: hazard:KIND[:LOCATION]")
-    if opts.repeat != AUTO and (not isinstance(opts.repeat, int) or opts.repeat < 1):
+    if opts.repeat not in (None, AUTO) and (not isinstance(opts.repeat, int) or opts.repeat < 1):
         raise HarnessError(f"--repeat must be a number of at least 1 or auto, not {opts.repeat}")
+    if not 0.5 < opts.confidence < 1:
+        raise HarnessError(f"--confidence must lie between 0.5 and 1, not {opts.confidence:g}")
     if opts.auto and opts.repeat_cap < MIN_BAD_RUNS:
         raise HarnessError(
             f"--repeat-cap must be at least {MIN_BAD_RUNS} (the bad end's fewest runs under "
@@ -188,7 +190,8 @@ def classify(row: RunRow, opts: BisectOptions) -> BisectClass:
 
 
 def plan_for(opts: BisectOptions, bad_rate: Rate | None) -> RunPlan:
-    return RunPlan(opts.repeat, opts.repeat_cap, bad_rate)
+    # the posterior search runs one run at a time itself; a fix is confirmed in one run
+    return RunPlan(1 if opts.repeat is None else opts.repeat, opts.repeat_cap, bad_rate)
 
 
 def try_commit(

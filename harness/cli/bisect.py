@@ -36,6 +36,17 @@ def repeat_value(text: str) -> Repeat:
     return n
 
 
+def probability(text: str) -> float:
+    """`--confidence`: a probability above 0.5 and below 1."""
+    try:
+        p = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.5 < p < 1:
+        raise argparse.ArgumentTypeError(f"must lie between 0.5 and 1 (both excluded), not {p:g}")
+    return p
+
+
 def expect_value(text: str) -> str | HazardExpect:
     """`--expect`: a failure word of EXPECTS, or hazard:KIND[:LOCATION]."""
     if text.startswith("hazard:"):
@@ -67,11 +78,20 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--repeat",
         type=repeat_value,
-        default=1,
+        default=None,
         metavar="N|auto",
-        help="runs per commit: bad at the first that shows the failure, good after N clean "
-        "runs; auto: the bad end's failure rate decides how many clean runs make a commit "
-        "good (docs/bisect.md)",
+        help="the classic binary search instead of the posterior one (the default: every run "
+        "evidence, the next where it tells the most, until --confidence): N runs per commit, "
+        "bad at the first that shows the failure, good after N clean runs; auto: the bad "
+        "end's failure rate decides a commit's clean runs (docs/bisect.md)",
+    )
+    p.add_argument(
+        "--confidence",
+        type=probability,
+        default=0.95,
+        metavar="P",
+        help="the posterior search stops when one commit is the first bad one with this "
+        "probability (default 0.95)",
     )
 
 
@@ -88,6 +108,19 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--good", required=True, help="a commit that passes")
     p.add_argument("--bad", required=True, help="a later commit that shows the failure")
     p.add_argument("--confirm-fix", metavar="VARIANT", help="also run this variant on the answer")
+    p.add_argument(
+        "--max-runs",
+        type=options.positive_int,
+        metavar="N",
+        help="the posterior search's budget of runs (default: none; it stops at --confidence)",
+    )
+    p.add_argument(
+        "--budget",
+        type=options.positive_seconds,
+        metavar="SECONDS",
+        help="the posterior search's budget of time: past it, the likeliest commit with its "
+        "probability",
+    )
     p.add_argument(
         "--repeat-cap",
         type=options.positive_int,
@@ -122,6 +155,9 @@ def _options(args: argparse.Namespace) -> BisectOptions:
         repeat=args.repeat,
         repeat_cap=getattr(args, "repeat_cap", DEFAULT_REPEAT_CAP),
         confirm_fix=getattr(args, "confirm_fix", None),
+        confidence=args.confidence,
+        max_runs=getattr(args, "max_runs", None),
+        budget_s=getattr(args, "budget", None),
     )
 
 

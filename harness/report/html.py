@@ -340,8 +340,10 @@ def render_index(
     axes: Sequence[str],
     index_dir: Path,
     conclusion: Sequence[str] = (),
+    figure: str = "",
 ) -> str:
-    """index.html of a multi-run command: the conclusion, a verdict matrix when variants
+    """index.html of a multi-run command: the conclusion, its figure (SVG escaped by its
+    maker), a verdict matrix when variants
     meet another coordinate, and a row per run (its coordinates `axes`, verdict, mechanism,
     top cause, summary) linked to its report.html, relative to `index_dir`."""
     hrefs = [_href(r, index_dir) for r in rows]
@@ -355,6 +357,8 @@ def render_index(
     body.append(f'<p class="summary">{runs} runs: {escape(summary)}</p>')
     if conclusion:
         body.append("<ul>" + "".join(f"<li>{escape(c)}</li>" for c in conclusion) + "</ul>")
+    if figure:
+        body.append(f'<figure class="plot">{figure}</figure>')
     body.append(_pivot(rows, axes, hrefs))
     cells = (
         [f"<td class='mono'>{e(r.coordinate(a))}</td>" for a in axes]

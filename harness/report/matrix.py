@@ -84,6 +84,9 @@ class Matrix:
     # the terminal prints each failed row's summary under the table (not for repeated runs
     # of one cell: the conclusion groups them)
     row_notes: bool = True
+    # a figure for index.html under the conclusion: SVG the command built, every text in it
+    # escaped by its maker (bisect's posterior per commit)
+    figure: str = ""
 
     def table_columns(self) -> list[Column]:
         if self.columns is not None:
@@ -122,7 +125,7 @@ class Matrix:
 def write_index(m: Matrix, out: Path) -> Path:
     """index.html in `out`, each row linked to its run's report.html."""
     path = out / INDEX_HTML
-    atomic_write(path, render_index(m.title, m.rows, m.axes, out, m.conclusion))
+    atomic_write(path, render_index(m.title, m.rows, m.axes, out, m.conclusion, m.figure))
     return path
 
 

@@ -20,8 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.bisect.model import BisectOptions, BisectResult, StepRecord
-from harness.bisect.search import finish, prepare, save
+from harness.bisect.model import BisectOptions, BisectResult, StepRecord, save
+from harness.bisect.search import finish, prepare
 from harness.bisect.steps import expected, setup_for, shown
 from harness.config.defaults import default_pin
 from harness.config.pin import Pin, load_pin

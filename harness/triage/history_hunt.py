@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from harness.bisect.model import BisectResult, Setup, StepRecord
-from harness.bisect.search import Search, save
+from harness.bisect.model import BisectResult, Setup, StepRecord, save
+from harness.bisect.search import Search
 from harness.bisect.steps import try_commit
 from harness.report.live import LiveProgress
 from harness.source.gitrepo import CommitInfo
