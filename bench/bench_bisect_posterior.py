@@ -152,8 +152,17 @@ def _run(args: tuple[str, str, int, int]) -> tuple[bool, int, float]:
 def install_bayesect(where: Path) -> None:
     """git-bayesect from PyPI into a folder of its own (numpy and scipy from the venv)."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(where),
-         GIT_BAYESECT],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--target",
+            str(where),
+            GIT_BAYESECT,
+        ],
         check=True,
         timeout=300,
     )

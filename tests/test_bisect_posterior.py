@@ -6,7 +6,10 @@ race that deadlocks in about two runs of three."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -14,7 +17,7 @@ from harness import bisect as bis
 from harness.bisect import posterior as post
 from harness.pipeline.options import RunOptions
 from harness.vocab import BisectStatus
-from tests.gitrepo import make_history, plan_with, write_scenario
+from tests.gitrepo import ROOT, git, make_history, plan_with, write_scenario
 from tests.test_bisect_flaky import BAD_SUBJECT, ROUNDS, flaky_options, make_race_history
 
 pytestmark = pytest.mark.usefixtures("private_harness_cache")
@@ -171,3 +174,38 @@ def test_the_default_search_names_a_race_that_deadlocks_sometimes(
     assert r.first_bad is not None and r.first_bad.commit.subject == BAD_SUBJECT
     assert r.posterior is not None and r.posterior.probability >= 0.95
     assert r.posterior.after.sought >= 1 and r.posterior.before.sought == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_git_bisect_run_names_the_race_with_the_posterior_per_step(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """git bisect run over the race's history: each bisect-step runs until the posterior
+    puts HEAD on one side of the change with the share of --confidence its answer needs
+    (git takes every answer as final), the runs of earlier steps kept in a state file."""
+    h = make_race_history(tmp_path_factory.mktemp("gitrace"), commits=7, bad_at=4, rounds=ROUNDS)
+    reports = tmp_path_factory.mktemp("reports")
+    opts = flaky_options(h, reports)
+    git(h.root, "bisect", "start", h.commits[-1], h.commits[0])
+    cmd = [sys.executable, "-m", "harness", "bisect-step", opts.run.env, "--pin", str(h.pin)]
+    cmd += ["--scenario", str(h.scenario), "--report-dir", str(reports), "--quiescent", "0.5"]
+    try:
+        res = subprocess.run(
+            ["git", "-C", str(h.root), "bisect", "run", *cmd],
+            capture_output=True,
+            text=True,
+            timeout=580,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=False,
+        )
+    finally:
+        git(h.root, "bisect", "reset")
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert f"{h.first_bad} is the first bad commit" in res.stdout, out
+    assert "posterior: P(bad)" in out
+    [state] = list((reports / "bisect-step").glob("*.json"))
+    runs = json.loads(state.read_text())["runs"]
+    assert h.commits[-1] in runs  # the bad end ran, for the rate and the signature
+    assert sum(map(len, runs.values())) >= 4

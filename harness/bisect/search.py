@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from harness.bisect import gitstep
 from harness.bisect.adaptive import AdaptiveSearch
 from harness.bisect.model import BisectOptions, BisectResult, StepRecord, save
 from harness.bisect.render import render_markdown, steps_matrix
@@ -199,6 +200,16 @@ def bisect_step(opts: BisectOptions) -> int:
     except HarnessError as exc:
         print(f"harness bisect-step: error: {exc.message} (aborting)", file=sys.stderr)
         return BisectStepExit.ABORT
+    frame = gitstep.frame_of(setup.root) if opts.adaptive else None
+    if frame is not None and frame.position(head.sha):
+        cls, why = gitstep.decide(setup, frame, head, opts.run.report_dir)
+        code = BisectStepExit[cls.name]
+        print(
+            f"harness bisect-step: {head.short} {head.subject}: → {cls} (exit {code}; "
+            f"posterior: {why})",
+            file=sys.stderr,
+        )
+        return code
     step = try_commit(setup, head, BisectRole.STEP, 0, opts.run.variant, opts.run.report_dir)
     code = BisectStepExit[step.classification.name]
     counts = step.counts()
