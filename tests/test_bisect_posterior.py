@@ -134,7 +134,7 @@ def test_simulated_bisects_are_right_as_often_as_they_say(bad: float, good: floa
 def test_the_default_search_names_the_replicas_hang_with_its_probability(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    h = make_history(tmp_path_factory.mktemp("det"), plan_with(8, {5: "hang"}))
+    h = make_history(tmp_path_factory.mktemp("det"), plan_with(4, {3: "hang"}))
     write_scenario(h.scenario, startup_s=4, stall_s=4)
     run = RunOptions(
         env="breakout",
