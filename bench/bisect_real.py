@@ -38,26 +38,9 @@ sys.path.insert(0, str(ROOT))  # for tests.*
 from harness import bisect as bis  # noqa: E402
 from tests.test_bisect_flaky import ROUNDS, flaky_options, make_race_history  # noqa: E402
 
-GIT_BAYESECT = "git-bayesect==1.2"
-
-
-def install_bayesect(where: Path) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--target",
-            str(where),
-            GIT_BAYESECT,
-        ],
-        check=True,
-        timeout=300,
-    )
-    sys.path.insert(0, str(where))
+sys.path.insert(0, str(ROOT / "bench"))
+# the same pinned git-bayesect, installed the same way, as the simulation's
+from bench_bisect_posterior import install_bayesect  # noqa: E402
 
 
 def harness_trial(h: Any, out: Path) -> tuple[bool, int, float, float]:

@@ -505,15 +505,18 @@ t.join()
 """
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_the_watch_loop_withdraws_an_excused_thread_whose_stack_is_the_programs() -> None:
     root = subprocess.Popen([sys.executable, "-c", OWN_POLL_THREAD], stdout=subprocess.PIPE)
     start = time.monotonic()
     try:
         assert root.stdout is not None and root.stdout.readline() == b"ready\n"
         loop = WatchLoop(root.pid, start)
-        while loop.quiet_since is None:  # /proc alone: excused after 5 s
-            assert time.monotonic() - start < 20, [w.what for w, _ in loop._waits]
+        # /proc alone: excused after 5 s of looks that agree; on a host loaded five times
+        # over (the suite's eight workers beside two busy loops) the 0.1 s loop is often
+        # caught waiting for a CPU, and those 5 s took more than 20 s once
+        while loop.quiet_since is None:
+            assert time.monotonic() - start < 45, [w.what for w, _ in loop._waits]
             loop.tick(time.monotonic())
             time.sleep(0.05)
         tid = next(int(t) for t in os.listdir(f"/proc/{root.pid}/task") if int(t) != root.pid)
