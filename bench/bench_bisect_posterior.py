@@ -5,7 +5,7 @@ commit, and common random numbers (the r-th run of a commit draws the same unifo
 in both tools), so that the two differ only by how they choose and when they stop.
 
     .venv/bin/python bench/bench_bisect_posterior.py [--trials 300] [--n 64 128]
-        [--setting 90/10 ...] [--jobs 2]
+        [--setting 90/10 ...] [--jobs 2] [--json FILE] [--smoke]
 
 A setting "A/B" is: a bad commit (the first bad one and after) fails with chance A%, a good
 one with chance B%, with the same signature; "A/B*" gives the good commits' failures
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import math
 import os
 import random
@@ -188,7 +189,14 @@ def main() -> None:
     ap.add_argument("--setting", nargs="+", default=list(SETTINGS))
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--tools", nargs="+", default=["harness", "git-bayesect"])
+    ap.add_argument("--json", type=Path, help="also write the rows here")
+    ap.add_argument(
+        "--smoke", action="store_true", help="seconds: 5 trials, N = 16, the harness only"
+    )
     args = ap.parse_args()
+    if args.smoke:
+        args.trials, args.n, args.setting, args.tools = 5, [16], ["100/0", "50/0"], ["harness"]
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-bayesect-") as tmp:
         if "git-bayesect" in args.tools:
             install_bayesect(Path(tmp) / "site")
@@ -202,11 +210,14 @@ def main() -> None:
                         work = [(tool, setting, n, t) for t in range(args.trials)]
                         found = list(pool.map(_run, work, chunksize=4))
                         s = summary(found, time.monotonic() - start)
+                        rows.append({"n": n, "setting": setting, "tool": tool, **s})
                         print(
                             f"| {n} | {setting} | {tool} | {s['right']:.1f}% | {s['mean']:.1f} "
                             f"| {s['p95']} | {s['stated']:.1f}% | {s['wall']:.0f} s |",
                             flush=True,
                         )
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,14 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
-    "script", ["bench_stacks.py", "bench_flood.py", "bench_time_to_verdict.py", "attach.py"]
+    "script",
+    [
+        "bench_stacks.py",
+        "bench_flood.py",
+        "bench_time_to_verdict.py",
+        "attach.py",
+        "bench_bisect_posterior.py",
+    ],
 )
 def test_bench_smoke(script: str, tmp_path: Path, cache_env: dict[str, str]) -> None:
     out = tmp_path / "figures.json"
