@@ -110,6 +110,8 @@ def harness_trial(
         k, pk = post.best(p)
         if pk >= CONFIDENCE or model.runs >= MAX_RUNS:
             return k == first_bad and pk >= CONFIDENCE, model.runs, pk
+        if post.not_reproduced(model) or post.no_change(model, CONFIDENCE):
+            return False, model.runs, pk  # adaptive.py's other stops: no commit named
         position = post.choose(model, p, costs)
         if position is None:
             return False, model.runs, pk

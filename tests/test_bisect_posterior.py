@@ -10,6 +10,7 @@ import os
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -209,3 +210,41 @@ def test_git_bisect_run_names_the_race_with_the_posterior_per_step(
     runs = json.loads(state.read_text())["runs"]
     assert h.commits[-1] in runs  # the bad end ran, for the rate and the signature
     assert sum(map(len, runs.values())) >= 4
+
+
+def test_a_failure_as_common_at_both_ends_is_no_change_in_the_range() -> None:
+    """The good end fails as often as the bad end: the posterior spreads over every k (a
+    change between two equal rates fits anywhere), the rule reads the ends: no change."""
+    m = post.Model(9)
+    for r in range(post.NO_CHANGE_RUNS):
+        for j in (0, 4, 8):
+            m.add(j, post.SOUGHT if r % 2 else post.PASS)
+        if r < post.NO_CHANGE_RUNS - 1:
+            assert not post.no_change(m, 0.95)
+    assert post.best(m.posterior())[1] < 0.95
+    assert post.no_change(m, 0.95)
+    # the 90/10 shape: the good end failed once, the bad end nearly always: a change
+    d = post.Model(9)
+    for r in range(10):
+        d.add(0, post.SOUGHT if r == 0 else post.PASS)
+        d.add(8, post.PASS if r == 0 else post.SOUGHT)
+    assert not post.no_change(d, 0.95)
+
+
+def test_a_malformed_step_state_is_no_state(tmp_path: Path) -> None:
+    from harness.bisect.gitstep import StepState
+
+    path = tmp_path / "state.json"
+    good = {"runs": {"a" * 40: [0, 2]}, "seconds": {"a" * 40: [1.0, 0.5]}, "location": "f"}
+    path.write_text(json.dumps(good))
+    assert StepState.load(path).runs == good["runs"]
+    for bad in (
+        {**good, "runs": {"a" * 40: [3]}, "seconds": {"a" * 40: [1.0]}},  # no such outcome
+        {**good, "seconds": {"a" * 40: [1.0]}},  # a run without its seconds
+        {**good, "location": 7},
+        [1, 2],
+    ):
+        path.write_text(json.dumps(bad))
+        assert StepState.load(path).runs == {}
+    path.write_text("{not json")
+    assert StepState.load(path).runs == {}

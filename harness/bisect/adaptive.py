@@ -15,7 +15,7 @@ range, as with git bisect.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from harness.bisect import posterior as post
 from harness.bisect.model import (
@@ -30,6 +30,7 @@ from harness.bisect.steps import classify_run, combine, run_once
 from harness.errors import HarnessError
 from harness.outcome import USAGE
 from harness.source.gitrepo import CommitInfo, diffstat
+from harness.stats import Rate
 from harness.vocab import BisectClass, BisectRole, BisectStatus
 
 # the most runs of one bisect when neither --max-runs nor --budget bounds it: far past what
@@ -55,6 +56,7 @@ class AdaptiveSearch:
         self.untestable: set[int] = set()
         self.built: set[int] = set()
         self.location = self.opts.location  # learned at the bad end when not given
+        self.signature_known = self.location is not None or self.opts.expect not in LEARNS
         self.clock = clock
         self.started = clock()
 
@@ -80,8 +82,10 @@ class AdaptiveSearch:
         )
         row = run_once(self.setup, commit, opts.run.variant, res.directory / "steps")
         learn = self.location is None and position == self.n and opts.expect in LEARNS
+        learn = learn and not self.signature_known
         if learn and classify_run(row.kind, row.location, opts.expect, None) is BisectClass.BAD:
             self.location = row.location  # the signature sought: the bad end's first failure
+            self.signature_known = True
         cls = classify_run(row.kind, row.location, opts.expect, self.location, row.hazard)
         step = StepRecord(
             self.role_at(position), position - 1, commit, opts.run.variant, cls, [row], [cls]
@@ -117,6 +121,10 @@ class AdaptiveSearch:
             if stopped:
                 break
             position = post.choose(self.model, p, self.costs, self.built, self.untestable)
+            if not self.signature_known:
+                # the bad end again until its first failure names the signature sought: a
+                # run elsewhere before that would be judged by another definition
+                position = self.n
             if position is None:
                 stopped = "nothing left to learn (the rest is untestable)"
                 break
@@ -131,6 +139,8 @@ class AdaptiveSearch:
             return "confidence"
         if post.not_reproduced(self.model):
             return "not reproduced"
+        if post.no_change(self.model, self.opts.confidence):
+            return "no change"  # the good end fails as surely as the bad end
         if self.model.runs + len(self._untestable_runs()) >= (self.opts.max_runs or RUNS_CAP):
             return f"budget: {self.opts.max_runs or RUNS_CAP} runs"
         if self.opts.budget_s is not None and self.clock() - self.started >= self.opts.budget_s:
@@ -179,6 +189,19 @@ class AdaptiveSearch:
                 res.first_bad, res.parent = first, self.aggregate(k - 1)
                 res.diffstat = diffstat(self.setup.root, first.commit.sha)
                 return
+            # the likeliest commit never failed itself (untestable, or only passed): no
+            # commit is named on inference alone
+            res.posterior.stopped = stopped = (
+                f"confidence, but {self.commit_at(k).short} never showed the failure itself"
+            )
+        if stopped == "no change":
+            raise HarnessError(
+                f"the failure sought shows as often at the good end {res.good.short} as at the "
+                f"bad end {res.bad.short}: nothing changed between them (good end "
+                f"{_rate(self.model.counts[0])}, bad end {_rate(self.model.counts[-1])}): "
+                "pick an older --good",
+                USAGE,
+            )
         if stopped == "confidence" and k == 0:
             raise HarnessError(
                 f"the good end {res.good.short} shows the failure too "
@@ -218,3 +241,8 @@ class AdaptiveSearch:
         if self.opts.location is None and self.location is not None:
             return f"{expected(self.opts)} in {self.location} (the bad end's first failure)"
         return expected(self.opts)
+
+
+def _rate(counts: Sequence[int]) -> str:
+    """One position's runs as "2/9 failed (22%, 95% CI …)": the failure sought of its runs."""
+    return Rate(counts[post.SOUGHT], sum(counts)).text() + " failed"

@@ -18,6 +18,7 @@ built, is a skip (125).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -25,8 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bisect import posterior as post
+from harness.bisect.adaptive import LEARNS
 from harness.bisect.model import UNREPEATABLE, Setup
 from harness.bisect.steps import classify_run, run_once
+from harness.errors import HarnessError
 from harness.files import atomic_write
 from harness.source.gitrepo import CommitInfo, commit_info, first_parent_range, git_result
 from harness.vocab import BisectClass
@@ -34,7 +37,7 @@ from harness.vocab import BisectClass
 STEP_RUNS = 30  # the most runs one step makes before it answers skip
 # each mark in `git bisect log` is a comment line "# bad: [SHA] subject" (the start's ends
 # come first, before "git bisect start 'B' 'G'")
-_LOG_LINE = re.compile(r"^# (bad|good): \[([0-9a-f]{40})\]")
+_LOG_LINE = re.compile(r"^# (bad|good): \[([0-9a-f]{40,64})\]")  # SHA-1 or SHA-256
 _OUTCOMES = {BisectClass.BAD: post.SOUGHT, BisectClass.GOOD: post.PASS}
 
 
@@ -83,9 +86,25 @@ class StepState:
 
     @classmethod
     def load(cls, path: Path) -> StepState:
+        """The state kept so far; a missing, unreadable or malformed file is no state (a
+        step never fails on it: it starts afresh and rewrites it)."""
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return cls(path, dict(data["runs"]), data.get("location"), dict(data["seconds"]))
+            runs, seconds, location = data["runs"], data["seconds"], data.get("location")
+            ok = (
+                isinstance(runs, dict)
+                and isinstance(seconds, dict)
+                and (location is None or isinstance(location, str))
+                and all(
+                    isinstance(v, list)
+                    and all(o in post.OUTCOMES and isinstance(o, int) for o in v)
+                    and isinstance(seconds.get(k), list)
+                    and len(seconds[k]) == len(v)
+                    and all(isinstance(x, int | float) and x >= 0 for x in seconds[k])
+                    for k, v in runs.items()
+                )
+            )
+            return cls(path, runs, location, seconds) if ok else cls(path)
         except (OSError, ValueError, KeyError, TypeError):
             return cls(path)  # none yet, or unreadable: start afresh
 
@@ -110,15 +129,20 @@ def decide(
     n = len(frame.candidates)
     j = frame.position(head.sha)
     assert j is not None
-    key = f"{frame.candidates[-1].sha[:12]}-{frame.good.sha[:12]}"
+    # the ends and what is sought: another --expect, --location, variant or scenario over the
+    # same ends starts a state of its own
+    sought = [opts.expect, opts.location, opts.run.variant, str(opts.run.scenario), opts.run.env]
+    digest = hashlib.sha256(json.dumps(sought).encode()).hexdigest()[:8]
+    key = f"{frame.candidates[-1].sha[:12]}-{frame.good.sha[:12]}-{digest}"
     state = StepState.load(report_dir / "bisect-step" / f"{key}.json")
     model, costs = post.Model(n + 1), post.Costs()
     for sha, outcomes in state.runs.items():
-        at = frame.position(sha)
-        for o, s in zip(outcomes, state.seconds.get(sha, []), strict=False):
-            if at is not None:
-                model.add(at, o)
+        kept = frame.position(sha)
+        for o, s in zip(outcomes, state.seconds[sha], strict=True):
+            if kept is not None:
+                model.add(kept, o)
             costs.add(o, s, None)
+    learned = opts.location is not None or opts.expect not in LEARNS or state.location is not None
     level = step_confidence(opts.confidence, n)
     tries = {0, j, n}
     made = 0
@@ -130,9 +154,16 @@ def decide(
             return BisectClass.BAD, words
         if after <= 1 - level:
             return BisectClass.GOOD, words
+        if post.not_reproduced(model):
+            raise HarnessError(
+                f"the failure sought does not reproduce at the bad end {frame.commit_at(n).short}"
+                f" ({model.counts[n][post.SOUGHT]} of {sum(model.counts[n])} runs): nothing to "
+                "bisect"
+            )
         if made >= STEP_RUNS:
             return BisectClass.SKIP, f"undecided: {words}"
-        at = n if not state.runs.get(frame.commit_at(n).sha) else None
+        # the bad end until its first failure names the signature sought
+        at = n if n in tries and not learned else None
         if at is None:
             others = set(range(n + 1)) - tries
             at = post.choose(model, p, costs, untestable=others)
@@ -144,13 +175,16 @@ def decide(
         if row.kind in UNREPEATABLE:
             if at == j:
                 return BisectClass.SKIP, f"HEAD cannot be tested: {row.summary}"
+            if at == n:
+                raise HarnessError(f"the bad end {commit.short} cannot be tested: {row.summary}")
             tries.discard(at)
             continue
-        learn = at == n and state.location is None and opts.location is None
-        if learn and classify_run(row.kind, row.location, opts.expect, None) is BisectClass.BAD:
-            state.location = row.location  # the signature sought: the bad end's failure
+        shows = classify_run(row.kind, row.location, opts.expect, None, row.hazard)
+        if at == n and not learned and shows is BisectClass.BAD:
+            state.location, learned = row.location, True  # the bad end's first failure
         want = opts.location or state.location
-        o = _OUTCOMES.get(classify_run(row.kind, row.location, opts.expect, want), post.OTHER)
+        cls = classify_run(row.kind, row.location, opts.expect, want, row.hazard)
+        o = _OUTCOMES.get(cls, post.OTHER)
         model.add(at, o)
         costs.add(o, row.run_s or 1.0, None)
         state.runs.setdefault(commit.sha, []).append(o)

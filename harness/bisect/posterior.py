@@ -29,7 +29,10 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from harness.stats import Rate, separated
+
 SOUGHT, OTHER, PASS = 0, 1, 2
+ML_CACHE = 200_000  # marginal likelihoods kept (about 8 new ones a hypothesis a run)
 OUTCOMES = (SOUGHT, OTHER, PASS)
 Counts = tuple[int, int, int]
 
@@ -95,6 +98,8 @@ class Model:
 
     def add(self, position: int, outcome: int) -> None:
         self.counts[position][outcome] += 1
+        if len(self._ml) > ML_CACHE:  # most keys are of counts no split has any more
+            self._ml.clear()
 
     @property
     def runs(self) -> int:
@@ -286,6 +291,25 @@ def not_reproduced(model: Model, runs: int = NOT_REPRODUCED_RUNS) -> bool:
     well as no change at all."""
     bad_end = model.counts[-1]
     return sum(bad_end) >= runs and not any(c[SOUGHT] for c in model.counts)
+
+
+# "no change between the ends": a failure that shows at the good end no less surely than at
+# the bad end. The posterior says so only slowly (a change between two equal rates is a
+# hypothesis for every k), so the rule reads the ends once each has this many runs
+NO_CHANGE_RUNS = 8
+
+
+def no_change(model: Model, confidence: float) -> bool:
+    """The good end showed the failure sought, both ends ran NO_CHANGE_RUNS times, and
+    their rates are not apart at 95% (the good end's interval reaches the bad end's); or the
+    posterior itself puts `confidence` on "before the range" and "no change" together."""
+    p = model.posterior()
+    if p[0] + p[-1] >= confidence:
+        return True
+    good, bad = model.counts[0], model.counts[-1]
+    if sum(good) < NO_CHANGE_RUNS or sum(bad) < NO_CHANGE_RUNS or not good[SOUGHT]:
+        return False
+    return not separated(Rate(good[SOUGHT], sum(good)), Rate(bad[SOUGHT], sum(bad)))
 
 
 def side_counts(model: Model, k: int) -> tuple[Counts, Counts]:

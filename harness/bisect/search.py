@@ -201,8 +201,12 @@ def bisect_step(opts: BisectOptions) -> int:
         print(f"harness bisect-step: error: {exc.message} (aborting)", file=sys.stderr)
         return BisectStepExit.ABORT
     frame = gitstep.frame_of(setup.root) if opts.adaptive else None
-    if frame is not None and frame.position(head.sha):
-        cls, why = gitstep.decide(setup, frame, head, opts.run.report_dir)
+    if frame is not None and frame.position(head.sha) is not None:
+        try:
+            cls, why = gitstep.decide(setup, frame, head, opts.run.report_dir)
+        except HarnessError as exc:
+            print(f"harness bisect-step: error: {exc.message} (aborting)", file=sys.stderr)
+            return BisectStepExit.ABORT
         code = BisectStepExit[cls.name]
         print(
             f"harness bisect-step: {head.short} {head.subject}: → {cls} (exit {code}; "
@@ -210,6 +214,13 @@ def bisect_step(opts: BisectOptions) -> int:
             file=sys.stderr,
         )
         return code
+    if opts.adaptive:
+        where = "no bisect under way" if frame is None else "HEAD is off the first-parent line"
+        print(
+            f"harness bisect-step: {where} (git bisect start --first-parent keeps it on): "
+            "one run decides, as with --repeat 1",
+            file=sys.stderr,
+        )
     step = try_commit(setup, head, BisectRole.STEP, 0, opts.run.variant, opts.run.report_dir)
     code = BisectStepExit[step.classification.name]
     counts = step.counts()
