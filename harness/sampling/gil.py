@@ -49,21 +49,22 @@ class GilHolder:
 def runtime_state(pid: int) -> tuple[int, int] | None:
     """[start, end) of `_PyRuntime` in the process's memory; None when no file it maps
     exports it (not CPython, a static build without exports) or the maps are unreadable."""
-    maps = runtimes.read_maps(pid)
-    starts: dict[str, int] = {}  # path → the start of its mapping at file offset 0
-    for line in maps.splitlines():
+    seen: set[str] = set()
+    for line in runtimes.read_maps(pid).splitlines():
         parts = line.split(maxsplit=5)
+        # a file's mapping at offset 0: its start is the file's base (less its lowest
+        # address), its span opens the very file mapped
         if len(parts) < 6 or not parts[5].startswith("/") or int(parts[2], 16) != 0:
             continue
-        starts.setdefault(parts[5].removesuffix(" (deleted)"), int(parts[0].split("-")[0], 16))
-    for path, m in runtimes.mapped_files(pid).items():
+        path = parts[5].removesuffix(" (deleted)")
         name = os.path.basename(path)
-        if path not in starts or not (name.startswith("libpython") or "python" in name):
+        if path in seen or "python" not in name or not parts[4].isdigit() or parts[4] == "0":
             continue
-        found = _symbol(pid, m)
+        seen.add(path)
+        found = _symbol(pid, runtimes.Mapped(path, int(parts[4]), parts[0]))
         if found is not None:
             value, size, lowest = found
-            base = 0 if lowest < 0 else starts[path] - lowest
+            base = 0 if lowest < 0 else int(parts[0].split("-")[0], 16) - lowest
             return base + value, base + value + max(size, 1)
     return None
 
@@ -76,27 +77,16 @@ def _symbol(pid: int, m: runtimes.Mapped) -> tuple[int, int, int] | None:
 
 
 def _read_symbol(pid: int, m: runtimes.Mapped) -> tuple[int, int, int] | None:
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-    for path, how in (
-        (f"/proc/{pid}/map_files/{m.span}", flags),  # the very file mapped
-        (f"/proc/{pid}/root{m.path}", flags | os.O_NOFOLLOW),
-        (m.path, flags | os.O_NOFOLLOW),
-    ):
+    with runtimes.open_mapped(pid, m) as fd:
+        if fd is None:
+            return None
         try:
-            fd = os.open(path, how)
-        except OSError:
-            continue
-        try:
-            st = os.fstat(fd)
-            if st.st_ino != m.inode or st.st_size > _MAX_ELF_BYTES:
-                continue
+            if os.fstat(fd).st_size > _MAX_ELF_BYTES:
+                return None
             with os.fdopen(os.dup(fd), "rb") as fh:
                 return _elf_symbol(fh)
         except Exception:  # pyelftools over a file nobody vetted
             return None
-        finally:
-            os.close(fd)
-    return None
 
 
 def _elf_symbol(fh: BinaryIO) -> tuple[int, int, int] | None:

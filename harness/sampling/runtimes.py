@@ -17,13 +17,14 @@ same libgomp does not open it with pyelftools, nor import pyelftools).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import stat
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from harness.sampling.identity_cache import Facts, Store, default_path, key_of
@@ -328,6 +329,16 @@ def identify_mapped(pid: int, m: Mapped) -> Identity | None:
 
 
 def _identify_mapped(pid: int, m: Mapped) -> Identity | None:
+    with open_mapped(pid, m) as fd:
+        return None if fd is None else _identify_fd(fd, m.path)
+
+
+@contextlib.contextmanager
+def open_mapped(pid: int, m: Mapped) -> Iterator[int | None]:
+    """An fd on the very file the process maps (None: none opens): through map_files (it
+    needs CAP_SYS_ADMIN), else through the process's root, else by path, and only when it
+    is the inode mapped. Not the device: overlayfs shows the underlying file's device in
+    maps and its own to stat."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
     candidates = (
         (f"/proc/{pid}/map_files/{m.span}", flags),  # a magic link: must be followed
@@ -341,10 +352,11 @@ def _identify_mapped(pid: int, m: Mapped) -> Identity | None:
             continue
         try:
             if os.fstat(fd).st_ino == m.inode:
-                return _identify_fd(fd, m.path)
+                yield fd
+                return
         finally:
             os.close(fd)
-    return None
+    yield None
 
 
 def identify_process(pid: int) -> dict[str, Identity | None]:
