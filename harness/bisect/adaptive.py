@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from harness.bisect import posterior as post
 from harness.bisect.model import (
     UNREPEATABLE,
+    BisectOptions,
     BisectResult,
     PosteriorSummary,
     SideRate,
@@ -29,6 +31,7 @@ from harness.bisect.model import (
 from harness.bisect.steps import classify_run, combine, run_once
 from harness.errors import HarnessError
 from harness.outcome import USAGE
+from harness.report.runs import RunRow
 from harness.source.gitrepo import CommitInfo, diffstat
 from harness.stats import Rate
 from harness.vocab import BisectClass, BisectRole, BisectStatus
@@ -40,6 +43,38 @@ _OUTCOME = {BisectClass.BAD: post.SOUGHT, BisectClass.GOOD: post.PASS}
 # the expectations whose failures have a location to learn (any-failure takes any; a
 # hazard's location is part of --expect hazard:KIND:LOCATION)
 LEARNS = ("hang", "crash", "check-failed")
+
+
+@dataclass
+class Sought:
+    """What counts as the failure sought, in this search and in bisect-step's (gitstep): its
+    kind (--expect) at its location: --location, else the location of the bad end's first
+    failure of that kind, learned once (the hang's signature)."""
+
+    expect: str
+    location: str | None = None
+    known: bool = False
+
+    @classmethod
+    def of(cls, opts: BisectOptions, learned: str | None = None) -> Sought:
+        known = opts.location is not None or opts.expect not in LEARNS or learned is not None
+        return cls(opts.expect, opts.location or learned, known)
+
+    def judge(self, row: RunRow, bad_end: bool) -> BisectClass:
+        """The run's class; a bad end's first failure of the kind sought names the
+        signature first."""
+        shows = classify_run(row.kind, row.location, self.expect, None, row.hazard)
+        if bad_end and not self.known and shows is BisectClass.BAD:
+            self.location, self.known = row.location, True
+        return classify_run(row.kind, row.location, self.expect, self.location, row.hazard)
+
+
+def outcome_of(row: RunRow, cls: BisectClass) -> int | None:
+    """The model's outcome of a judged run; None for a run that could not be built or
+    prepared (build-failed, error): it says nothing about the failure."""
+    if row.kind in UNREPEATABLE:
+        return None
+    return _OUTCOME.get(cls, post.OTHER)
 
 
 class AdaptiveSearch:
@@ -55,8 +90,7 @@ class AdaptiveSearch:
         self.costs = post.Costs()
         self.untestable: set[int] = set()
         self.built: set[int] = set()
-        self.location = self.opts.location  # learned at the bad end when not given
-        self.signature_known = self.location is not None or self.opts.expect not in LEARNS
+        self.sought = Sought.of(self.opts)
         self.clock = clock
         self.started = clock()
 
@@ -81,20 +115,15 @@ class AdaptiveSearch:
             f"{commit.short} {commit.subject[:40]}]"
         )
         row = run_once(self.setup, commit, opts.run.variant, res.directory / "steps")
-        learn = self.location is None and position == self.n and opts.expect in LEARNS
-        learn = learn and not self.signature_known
-        if learn and classify_run(row.kind, row.location, opts.expect, None) is BisectClass.BAD:
-            self.location = row.location  # the signature sought: the bad end's first failure
-            self.signature_known = True
-        cls = classify_run(row.kind, row.location, opts.expect, self.location, row.hazard)
+        cls = self.sought.judge(row, bad_end=position == self.n)
         step = StepRecord(
             self.role_at(position), position - 1, commit, opts.run.variant, cls, [row], [cls]
         )
         res.steps.append(step)
-        if row.kind in UNREPEATABLE:
+        outcome = outcome_of(row, cls)
+        if outcome is None:
             self.untestable.add(position)
         else:
-            outcome = _OUTCOME.get(cls, post.OTHER)
             self.model.add(position, outcome)
             self.costs.add(
                 outcome, row.run_s or row.wall_s or 1.0, None if row.cache_hit else row.build_s
@@ -121,7 +150,7 @@ class AdaptiveSearch:
             if stopped:
                 break
             position = post.choose(self.model, p, self.costs, self.built, self.untestable)
-            if not self.signature_known:
+            if not self.sought.known:
                 # the bad end again until its first failure names the signature sought: a
                 # run elsewhere before that would be judged by another definition
                 position = self.n
@@ -238,8 +267,8 @@ class AdaptiveSearch:
     def _signature(self) -> str:
         from harness.bisect.steps import expected
 
-        if self.opts.location is None and self.location is not None:
-            return f"{expected(self.opts)} in {self.location} (the bad end's first failure)"
+        if self.opts.location is None and self.sought.location is not None:
+            return f"{expected(self.opts)} in {self.sought.location} (the bad end's first failure)"
         return expected(self.opts)
 
 

@@ -26,19 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bisect import posterior as post
-from harness.bisect.adaptive import LEARNS
+from harness.bisect.adaptive import Sought, outcome_of
 from harness.bisect.model import UNREPEATABLE, Setup
-from harness.bisect.steps import classify_run, run_once
+from harness.bisect.steps import run_once
 from harness.errors import HarnessError
 from harness.files import atomic_write
 from harness.source.gitrepo import CommitInfo, commit_info, first_parent_range, git_result
 from harness.vocab import BisectClass
 
-STEP_RUNS = 30  # the most runs one step makes before it answers skip
+STEP_RUNS = 30  # the most runs one step makes before it answers skip (--max-runs)
 # each mark in `git bisect log` is a comment line "# bad: [SHA] subject" (the start's ends
 # come first, before "git bisect start 'B' 'G'")
 _LOG_LINE = re.compile(r"^# (bad|good): \[([0-9a-f]{40,64})\]")  # SHA-1 or SHA-256
-_OUTCOMES = {BisectClass.BAD: post.SOUGHT, BisectClass.GOOD: post.PASS}
 
 
 @dataclass
@@ -131,8 +130,8 @@ def decide(
     assert j is not None
     # the ends and what is sought: another --expect, --location, variant or scenario over the
     # same ends starts a state of its own
-    sought = [opts.expect, opts.location, opts.run.variant, str(opts.run.scenario), opts.run.env]
-    digest = hashlib.sha256(json.dumps(sought).encode()).hexdigest()[:8]
+    what = [opts.expect, opts.location, opts.run.variant, str(opts.run.scenario), opts.run.env]
+    digest = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:8]
     key = f"{frame.candidates[-1].sha[:12]}-{frame.good.sha[:12]}-{digest}"
     state = StepState.load(report_dir / "bisect-step" / f"{key}.json")
     model, costs = post.Model(n + 1), post.Costs()
@@ -142,7 +141,7 @@ def decide(
             if kept is not None:
                 model.add(kept, o)
             costs.add(o, s, None)
-    learned = opts.location is not None or opts.expect not in LEARNS or state.location is not None
+    sought = Sought.of(opts, state.location)
     level = step_confidence(opts.confidence, n)
     tries = {0, j, n}
     made = 0
@@ -160,10 +159,10 @@ def decide(
                 f" ({model.counts[n][post.SOUGHT]} of {sum(model.counts[n])} runs): nothing to "
                 "bisect"
             )
-        if made >= STEP_RUNS:
+        if made >= (opts.max_runs or STEP_RUNS):
             return BisectClass.SKIP, f"undecided: {words}"
         # the bad end until its first failure names the signature sought
-        at = n if n in tries and not learned else None
+        at = n if n in tries and not sought.known else None
         if at is None:
             others = set(range(n + 1)) - tries
             at = post.choose(model, p, costs, untestable=others)
@@ -179,14 +178,12 @@ def decide(
                 raise HarnessError(f"the bad end {commit.short} cannot be tested: {row.summary}")
             tries.discard(at)
             continue
-        shows = classify_run(row.kind, row.location, opts.expect, None, row.hazard)
-        if at == n and not learned and shows is BisectClass.BAD:
-            state.location, learned = row.location, True  # the bad end's first failure
-        want = opts.location or state.location
-        cls = classify_run(row.kind, row.location, opts.expect, want, row.hazard)
-        o = _OUTCOMES.get(cls, post.OTHER)
-        model.add(at, o)
-        costs.add(o, row.run_s or 1.0, None)
-        state.runs.setdefault(commit.sha, []).append(o)
+        got = outcome_of(row, sought.judge(row, bad_end=at == n))
+        assert got is not None  # an untestable run returned above
+        if opts.location is None:
+            state.location = sought.location  # the bad end's first failure, once learned
+        model.add(at, got)
+        costs.add(got, row.run_s or 1.0, None)
+        state.runs.setdefault(commit.sha, []).append(got)
         state.seconds.setdefault(commit.sha, []).append(row.run_s or 1.0)
         state.save()

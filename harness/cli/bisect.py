@@ -140,6 +140,12 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         usage_exit=BisectStepExit.ABORT,
     )
     _add_common(s)
+    s.add_argument(
+        "--max-runs",
+        type=options.positive_int,
+        metavar="N",
+        help="the most runs of one step before it answers skip (default 30)",
+    )
     options.add_report_options(s, default=None)
 
 
